@@ -1,0 +1,216 @@
+"""The IR: scalar expression trees and generic ops with indexing maps.
+
+A statement ``T[i,j] += A[i,k] * B[k,j]`` becomes one :class:`Op` whose iteration domain is
+(i, j | k): parallel indices first (the output's, in its order), then reduction indices (in order
+of first appearance).  Every operand access is a tuple of domain positions: its indexing map, a
+projected permutation of the domain (possibly broadcasting).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+FUNCTIONS: dict[str, int] = {
+    "exp": 1, "log": 1, "sqrt": 1, "rsqrt": 1, "sigmoid": 1, "tanh": 1, "relu": 1, "abs": 1,
+    "max": 2, "min": 2,
+}
+# Functions that cost a transcendental evaluation (weighted in the cost model).
+TRANSCENDENTAL = frozenset({"exp", "log", "sqrt", "rsqrt", "sigmoid", "tanh"})
+COMBINERS = ("none", "sum", "max")
+
+
+@dataclass(frozen=True)
+class Const:
+    value: float
+
+
+@dataclass(frozen=True)
+class Access:
+    """A read of tensor ``tensor`` at the op's domain indices ``idx`` (names)."""
+    tensor: str
+    idx: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Unary:
+    op: str  # "neg"
+    x: "Expr"
+
+
+@dataclass(frozen=True)
+class Binary:
+    op: str  # "+", "-", "*", "/"
+    a: "Expr"
+    b: "Expr"
+
+
+@dataclass(frozen=True)
+class Pow:
+    base: "Expr"
+    exponent: int
+
+
+@dataclass(frozen=True)
+class Call:
+    fn: str
+    args: tuple["Expr", ...]
+
+
+Expr = Union[Const, Access, Unary, Binary, Pow, Call]
+
+
+def accesses(e: Expr) -> list[Access]:
+    """All tensor accesses in ``e``, left to right (duplicates kept)."""
+    if isinstance(e, Access):
+        return [e]
+    if isinstance(e, Const):
+        return []
+    if isinstance(e, Unary):
+        return accesses(e.x)
+    if isinstance(e, Binary):
+        return accesses(e.a) + accesses(e.b)
+    if isinstance(e, Pow):
+        return accesses(e.base)
+    return [a for arg in e.args for a in accesses(arg)]
+
+
+def count_flops(e: Expr) -> tuple[int, int]:
+    """(arithmetic ops, transcendental calls) of one evaluation of ``e``."""
+    if isinstance(e, (Const, Access)):
+        return 0, 0
+    if isinstance(e, Unary):
+        f, t = count_flops(e.x)
+        return f + 1, t
+    if isinstance(e, Binary):
+        fa, ta = count_flops(e.a)
+        fb, tb = count_flops(e.b)
+        return fa + fb + 1, ta + tb
+    if isinstance(e, Pow):
+        f, t = count_flops(e.base)
+        # repeated multiplication; a negative exponent adds one division
+        return f + max(abs(e.exponent) - 1, 0) + (1 if e.exponent < 0 else 0), t
+    f = sum(count_flops(a)[0] for a in e.args)
+    t = sum(count_flops(a)[1] for a in e.args)
+    return f + (0 if e.fn in TRANSCENDENTAL else 1), t + (1 if e.fn in TRANSCENDENTAL else 0)
+
+
+def to_text(e: Expr) -> str:
+    """Fully parenthesised text of an expression (used in the canonical form and printing)."""
+    if isinstance(e, Const):
+        return repr(float(e.value))
+    if isinstance(e, Access):
+        return f"{e.tensor}[{','.join(e.idx)}]"
+    if isinstance(e, Unary):
+        return f"(-{to_text(e.x)})"
+    if isinstance(e, Binary):
+        return f"({to_text(e.a)} {e.op} {to_text(e.b)})"
+    if isinstance(e, Pow):
+        return f"({to_text(e.base)} ** {e.exponent})"
+    return f"{e.fn}({', '.join(to_text(a) for a in e.args)})"
+
+
+def rename(e: Expr, mapping: dict[str, str]) -> Expr:
+    """``e`` with its index names replaced through ``mapping``."""
+    if isinstance(e, Access):
+        return Access(e.tensor, tuple(mapping[i] for i in e.idx))
+    if isinstance(e, Const):
+        return e
+    if isinstance(e, Unary):
+        return Unary(e.op, rename(e.x, mapping))
+    if isinstance(e, Binary):
+        return Binary(e.op, rename(e.a, mapping), rename(e.b, mapping))
+    if isinstance(e, Pow):
+        return Pow(rename(e.base, mapping), e.exponent)
+    return Call(e.fn, tuple(rename(a, mapping) for a in e.args))
+
+
+@dataclass(frozen=True)
+class Op:
+    """One generic op: ``out[parallel] (combiner)= expr`` over domain ``parallel + reduction``.
+
+    Index names are canonical (``d0, d1, ...``: parallel in output order, then reduction in order
+    of first appearance), so two ops that differ only in the user's index names are equal.
+    """
+    out: str
+    parallel: tuple[str, ...]
+    reduction: tuple[str, ...]
+    extents: tuple[int, ...]          # per domain index, parallel then reduction
+    combiner: str                     # "none" | "sum" | "max"
+    expr: Expr
+    line: int = field(default=0, compare=False)   # source line, for messages only
+
+    @property
+    def domain(self) -> tuple[str, ...]:
+        return self.parallel + self.reduction
+
+    def extent(self, index: str) -> int:
+        return self.extents[self.domain.index(index)]
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return self.extents[: len(self.parallel)]
+
+    @property
+    def iterations(self) -> int:
+        n = 1
+        for e in self.extents:
+            n *= e
+        return n
+
+    @property
+    def out_size(self) -> int:
+        n = 1
+        for e in self.out_shape:
+            n *= e
+        return n
+
+    def reads(self) -> list[Access]:
+        return accesses(self.expr)
+
+    def inputs(self) -> tuple[str, ...]:
+        """Distinct tensors read, in order of first read."""
+        return tuple(dict.fromkeys(a.tensor for a in self.reads()))
+
+    def indexing_map(self, access: Access) -> tuple[int, ...]:
+        """Domain positions of each subscript of ``access`` (its projected-permutation map)."""
+        return tuple(self.domain.index(i) for i in access.idx)
+
+    def factors(self) -> list[Expr]:
+        return multiplicative_factors(self.expr)
+
+    @property
+    def is_contraction(self) -> bool:
+        """A sum whose product factors share a reduction index: a GEMM-class op."""
+        if self.combiner != "sum" or not self.reduction:
+            return False
+        facs = [f for f in self.factors() if accesses(f)]
+        if len(facs) < 2:
+            return False
+        # Two factors sharing a reduction index, each with an index the other lacks: a real
+        # matrix product (M and N both non-trivial), not a batched dot product like sum(x*x).
+        red = set(self.reduction)
+        sets = [{i for a in accesses(f) for i in a.idx} for f in facs]
+        for x, sx in enumerate(sets):
+            for sy in sets[x + 1:]:
+                if sx & sy & red and sx - sy and sy - sx:
+                    return True
+        return False
+
+    def flops_per_iteration(self) -> tuple[int, int]:
+        f, t = count_flops(self.expr)
+        return f + (1 if self.combiner != "none" else 0), t
+
+    def text(self) -> str:
+        sym = {"none": "=", "sum": "+=", "max": "max="}[self.combiner]
+        return f"{self.out}[{','.join(self.parallel)}] {sym} {to_text(self.expr)}"
+
+
+def multiplicative_factors(e: Expr) -> list[Expr]:
+    """Split a product into factors; ``x / y`` counts as ``x * (1/y)``."""
+    if isinstance(e, Binary) and e.op == "*":
+        return multiplicative_factors(e.a) + multiplicative_factors(e.b)
+    if isinstance(e, Binary) and e.op == "/":
+        return multiplicative_factors(e.a) + [Pow(e.b, -1)]
+    if isinstance(e, Unary) and e.op == "neg":
+        return [Const(-1.0)] + multiplicative_factors(e.x)
+    return [e]
