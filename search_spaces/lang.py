@@ -173,7 +173,10 @@ class _Parser:
             return node
         if self.cur.text == "+" and self.cur.kind == "op":
             self.i += 1
-            return self.unary()
+            self.nest()  # bounded like '-': a long run of '+' must not hit the recursion limit
+            node = self.unary()
+            self.depth -= 1
+            return node
         return self.power()
 
     def power(self) -> PExpr:

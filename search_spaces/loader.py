@@ -64,6 +64,8 @@ def _key_pos(text: str, section: str | None, key: str) -> tuple[int, int]:
             m = re.match(r"^(\s*)[\"']?" + re.escape(key) + r"[\"']?\s*=", line)
             if m:
                 return n, len(m.group(1)) + 1
+    if section is not None:  # written as a top-level key (`space = 3`, `dims = {N = 4}`)
+        return _key_pos(text, None, section)
     return 1, 1
 
 
@@ -196,12 +198,19 @@ def parse_workload(text: str, path: str = "<workload>", dims: dict[str, int] | N
 
 def _program_pos(text: str) -> tuple[int, int]:
     """File line and column where the program string's first line starts."""
-    for n, line in enumerate(text.split("\n"), start=1):
-        m = re.match(r'^\s*program\s*=\s*("""|\'\'\'|"|\')', line)
+    lines = text.split("\n")
+    for n, line in enumerate(lines, start=1):
+        m = re.match(r'^\s*(?:program|"program"|\'program\')\s*=\s*("""|\'\'\'|"|\')', line)
         if m:
             rest = line[m.end():]
-            if m.group(1) in ('"""', "'''") and not rest.strip():
-                return n + 1, 1
+            if m.group(1) in ('"""', "'''") and rest in ("", "\r"):
+                return n + 1, 1  # TOML trims only a newline right after the delimiter
+            if m.group(1) == '"""' and rest.rstrip() == "\\":
+                # a line-ending backslash trims all whitespace and newlines that follow it
+                for k in range(n, len(lines)):
+                    body = lines[k].lstrip()
+                    if body:
+                        return k + 1, len(lines[k]) - len(body) + 1
             return n, m.end() + 1
     return 1, 1
 

@@ -1,0 +1,126 @@
+"""The analytic cost model: (workload, candidate, device) -> CostEstimate.  Pure, no I/O.
+
+Each group is a roofline: time = max(compute, memory) + launch.  Compute counts every body
+evaluation of every member (so recomputation inside fused tiles is paid for), with
+transcendentals weighted; memory counts the bytes each tile moves from DRAM.  docs/costmodel.md
+gives the reasons for each term.
+"""
+from __future__ import annotations
+
+import math
+
+from search_spaces.candidate import IMPL_LIBRARY, Candidate
+from search_spaces.footprint import footprint_shape, footprints, plan_group, strides
+from search_spaces.gemm import as_matrix_view, gemm_form, operand_groups
+from search_spaces.partition import Group, groups, materialized
+from search_spaces.workload import Workload
+
+from .devices import DeviceSpec
+from .estimate import CostEstimate, FusedProducer, GroupCost
+
+LINE_ELEMS = 16        # floats per 64-byte cache line: worst-case waste of a strided access
+SMALL_GEMM = 64        # GEMM dims below this leave BLAS micro-kernels partly idle
+
+
+def estimate(w: Workload, cand: Candidate, dev: DeviceSpec) -> CostEstimate:
+    """Predicted time of ``cand`` on ``dev`` with a per-group breakdown."""
+    fused = cand.fused_pairs
+    mats = materialized(w, fused)
+    item = 4 if w.dtype == "float32" else 8
+    layout_of = lambda t: cand.layout(t, len(w.shapes[t]))
+    out = []
+    for g in groups(w, fused):
+        sched = cand.schedule(g.anchor)
+        if sched.impl == IMPL_LIBRARY:
+            out.append(_library_group(w, g, layout_of, dev, item))
+        else:
+            out.append(_loop_group(w, g, sched.tiles, layout_of, mats, dev, item))
+    total = sum(c.predicted_s for c in out)
+    return CostEstimate(w.name, dict(w.dims), dev.name, cand.name or cand.key, total, tuple(out))
+
+
+def _roofline(flops_eq: float, rate: float, bytes_: float, dev: DeviceSpec, launches: int):
+    compute = flops_eq / rate
+    memory = bytes_ / dev.bandwidth
+    bound = "compute" if compute >= memory else "memory"
+    return max(compute, memory) + launches * dev.launch_s, bound
+
+
+def _library_group(w, g: Group, layout_of, dev: DeviceSpec, item: int) -> GroupCost:
+    op = w.op(g.anchor)
+    form = gemm_form(op)
+    ext = dict(zip(op.domain, op.extents))
+    size = lambda idx: math.prod(ext[i] for i in idx)
+    b_, m, n, k = size(form.batch), size(form.m), size(form.n), size(form.k)
+    flops = 2.0 * b_ * m * n * k
+    # BLAS reaches its large-shape rate only when the matrix dims fill its register blocks
+    eff = min(1.0, m / SMALL_GEMM) * min(1.0, n / SMALL_GEMM) * min(1.0, k / SMALL_GEMM) ** 0.5
+    bytes_ = 0.0
+    ga, gb, go = operand_groups(form)
+    for tensor, idx, grp in ((form.a.tensor, form.a.idx, ga), (form.b.tensor, form.b.idx, gb),
+                             (op.out, op.parallel, go)):
+        nbytes = math.prod(w.shapes[tensor]) * item
+        bytes_ += nbytes
+        if not as_matrix_view(idx, w.shapes[tensor], layout_of(tensor), grp):
+            bytes_ += 2 * nbytes    # NumPy/CuPy copy the operand into a BLAS-able layout first
+    t, bound = _roofline(flops, dev.gemm_flops * max(eff, 0.05), bytes_, dev, 1)
+    return GroupCost(ops=(op.out,), anchor=op.out, impl=IMPL_LIBRARY, tiles=(),
+                     predicted_s=t, flops=flops, recomputed_flops=0.0, transcendentals=0.0,
+                     bytes=bytes_, unique_bytes=bytes_, launches=1, bound=bound, fused=())
+
+
+def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int) -> GroupCost:
+    anchor = w.op(g.anchor)
+    members = set(g.members)
+    plans = plan_group(w, g, tiles, layout_of)
+    fps = footprints(w, g, tiles)
+    eff_tiles = [min(max(t, 1), e) for t, e in zip(tiles, anchor.out_shape)]
+    n_tiles = math.prod(math.ceil(e / t) for e, t in zip(anchor.out_shape, eff_tiles))
+    flops = recomputed = trans = 0.0
+    moved = unique = 0.0
+    fused = []
+    for mp in plans:
+        op = w.op(mp.op)
+        f, t = op.flops_per_iteration()
+        flops += mp.executions * f
+        trans += mp.executions * t
+        recomputed += (mp.executions - op.iterations) * (f + t * dev.transcendental_flops)
+        if mp.op != g.anchor:
+            fused.append(FusedProducer(mp.op, mp.recompute))
+        shp = footprint_shape(op, fps[mp.op], anchor, tiles)
+        inner = mp.order[-1]
+        for acc in op.reads():
+            if acc.tensor in members:
+                continue
+            tensor_bytes = math.prod(w.shapes[acc.tensor]) * item
+            box = 1
+            for i in acc.idx:
+                pos = op.domain.index(i)
+                box *= shp[pos] if pos < len(op.parallel) else op.extent(i)
+            per_run = box * item * n_tiles
+            st = dict(zip(acc.idx, strides(w.shapes[acc.tensor], layout_of(acc.tensor))))
+            # a strided innermost walk wastes most of each cache line unless the tile's
+            # box stays cached until the neighbouring elements are used
+            if inner in st and st[inner] != 1 and box * item > dev.cache_bytes / 8:
+                per_run *= min(st[inner], LINE_ELEMS)
+            # tensors that fit in cache are read from DRAM once, however often tiles touch them
+            dram = tensor_bytes if tensor_bytes <= dev.cache_bytes / 2 else max(per_run, tensor_bytes)
+            moved += dram
+            unique += tensor_bytes
+        if mp.op in mats:
+            wbytes = math.prod(shp) * item * n_tiles if mp.op != g.anchor else op.out_size * item
+            out_st = strides(op.out_shape, layout_of(mp.op))
+            inner_par = [i for i in mp.order if i in op.parallel]
+            if inner_par and out_st[op.parallel.index(inner_par[-1])] != 1 \
+                    and op.out_size * item > dev.cache_bytes:
+                wbytes *= 2   # write-allocate of partially written lines
+            moved += wbytes
+            unique += op.out_size * item
+    # fewer tiles than cores/SMs leaves part of the device idle
+    occupancy = min(1.0, n_tiles / dev.parallel_units)
+    rate = dev.loop_flops * occupancy
+    t, bound = _roofline(flops + trans * dev.transcendental_flops, rate, moved, dev, 1)
+    return GroupCost(ops=tuple(m.op for m in plans), anchor=g.anchor, impl="loop",
+                     tiles=tuple(eff_tiles), predicted_s=t, flops=flops,
+                     recomputed_flops=recomputed, transcendentals=trans, bytes=moved,
+                     unique_bytes=unique, launches=1, bound=bound, fused=tuple(fused))

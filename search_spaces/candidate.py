@@ -1,0 +1,93 @@
+"""A candidate plan: a fusion partition plus per-group schedule choices.  Frozen, JSON-serialisable."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+IMPL_LOOP = "loop"        # one generated loop nest per group (producers fused into its tiles)
+IMPL_LIBRARY = "library"  # a lone contraction handed to BLAS / cuBLAS in the candidate's layouts
+
+
+@dataclass(frozen=True)
+class GroupSchedule:
+    """How one fused group runs.
+
+    ``tiles`` gives a tile size per parallel index of the anchor (a size >= the extent means the
+    whole extent).  ``impl`` is ``loop`` or, for a group holding a single contraction, ``library``.
+    """
+    anchor: str
+    tiles: tuple[int, ...]
+    impl: str = IMPL_LOOP
+
+    def to_dict(self) -> dict:
+        return {"anchor": self.anchor, "tiles": list(self.tiles), "impl": self.impl}
+
+    @staticmethod
+    def from_dict(d: dict) -> "GroupSchedule":
+        return GroupSchedule(d["anchor"], tuple(int(t) for t in d["tiles"]), d.get("impl", IMPL_LOOP))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A fusion partition (the fused producer->consumer edges), the storage layout of every
+    materialized intermediate (a permutation of its dims, outermost first) and one schedule per
+    group (keyed by its anchor).  ``name`` labels the named plans (unfused, greedy, heuristic)."""
+    fused: tuple[str, ...]
+    layouts: tuple[tuple[str, tuple[int, ...]], ...]
+    schedules: tuple[GroupSchedule, ...]
+    name: str = ""
+
+    def layout(self, tensor: str, rank: int) -> tuple[int, ...]:
+        for t, perm in self.layouts:
+            if t == tensor:
+                return perm
+        return tuple(range(rank))
+
+    def schedule(self, anchor: str) -> GroupSchedule:
+        for s in self.schedules:
+            if s.anchor == anchor:
+                return s
+        raise KeyError(anchor)
+
+    @property
+    def fused_pairs(self) -> set[tuple[str, str]]:
+        return {tuple(e.split("->")) for e in self.fused}  # type: ignore[misc]
+
+    def to_dict(self) -> dict:
+        return {"fused": list(self.fused),
+                "layouts": {t: list(p) for t, p in self.layouts},
+                "schedules": [s.to_dict() for s in self.schedules],
+                "name": self.name}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    @staticmethod
+    def from_dict(d: dict) -> "Candidate":
+        return Candidate(
+            fused=tuple(sorted(d["fused"])),
+            layouts=tuple(sorted((t, tuple(int(x) for x in p)) for t, p in d["layouts"].items())),
+            schedules=tuple(sorted((GroupSchedule.from_dict(s) for s in d["schedules"]),
+                                   key=lambda s: s.anchor)),
+            name=d.get("name", ""))
+
+    @staticmethod
+    def from_json(text: str) -> "Candidate":
+        return Candidate.from_dict(json.loads(text))
+
+    @property
+    def key(self) -> str:
+        """Identity of what runs (the name is a label, not part of it)."""
+        d = self.to_dict()
+        d.pop("name")
+        blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def make_candidate(fused, layouts: dict, schedules, name: str = "") -> Candidate:
+    """Canonical constructor: sorted edges, layouts and schedules, so equal plans compare equal."""
+    return Candidate(tuple(sorted(fused)),
+                     tuple(sorted((t, tuple(p)) for t, p in layouts.items()
+                                  if tuple(p) != tuple(range(len(p))))),
+                     tuple(sorted(schedules, key=lambda s: s.anchor)), name)

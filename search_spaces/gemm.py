@@ -1,0 +1,84 @@
+"""Which contractions a library GEMM can run, and in which layouts it runs them without copies.
+
+A contraction ``out[...] += A[...] * B[...] (* constants)`` maps onto a batched matmul when every
+index appears in at least two of A, B and out: batch = A&B&out, M = A&out, N = B&out, K = A&B.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .ir import Access, Const, Op, Pow
+from .footprint import strides
+
+
+@dataclass(frozen=True)
+class GemmForm:
+    """Index groups of a contraction seen as ``out[b,m,n] = scale * sum_k A[b,m,k] B[b,k,n]``."""
+    a: Access
+    b: Access
+    batch: tuple[str, ...]
+    m: tuple[str, ...]
+    n: tuple[str, ...]
+    k: tuple[str, ...]
+    scale: float
+
+
+def gemm_form(op: Op) -> GemmForm | None:
+    if not op.is_contraction:
+        return None
+    scale = 1.0
+    accs = []
+    for f in op.factors():
+        if isinstance(f, Const):
+            scale *= f.value
+        elif isinstance(f, Pow) and isinstance(f.base, Const) and f.base.value != 0:
+            scale *= f.base.value ** f.exponent
+        elif isinstance(f, Access):
+            accs.append(f)
+        else:
+            return None
+    if len(accs) != 2:
+        return None
+    a, b = accs
+    out = set(op.parallel)
+    sa, sb = set(a.idx), set(b.idx)
+    for i in op.domain:
+        if (i in sa) + (i in sb) + (i in out) < 2:
+            return None
+    order = op.domain
+    pick = lambda cond: tuple(i for i in order if cond(i))
+    return GemmForm(a, b, pick(lambda i: i in sa and i in sb and i in out),
+                    pick(lambda i: i in sa and i in out and i not in sb),
+                    pick(lambda i: i in sb and i in out and i not in sa),
+                    pick(lambda i: i in sa and i in sb and i not in out), scale)
+
+
+def as_matrix_view(idx: tuple[str, ...], shape: tuple[int, ...], perm: tuple[int, ...],
+                   groups: tuple[tuple[str, ...], ...]) -> bool:
+    """True if a tensor (indices ``idx``, stored in ``perm`` order) is viewable without a copy
+    as a 3-d array over ``groups`` (batch, rows, cols) with one of the last two axes unit-stride.
+    """
+    st = dict(zip(idx, strides(shape, perm)))
+    ext = dict(zip(idx, shape))
+    grp_strides = []
+    for g in groups:
+        live = [i for i in g if ext[i] > 1]
+        # within a group, indices must be nested row-major in storage
+        for x, y in zip(live, live[1:]):
+            if st[x] != st[y] * ext[y]:
+                return False
+        grp_strides.append(st[live[-1]] if live else 0)
+    rows, cols = grp_strides[1], grp_strides[2]
+    return rows in (0, 1) or cols in (0, 1)
+
+
+def operand_groups(form: GemmForm) -> tuple[tuple, tuple, tuple]:
+    """(A groups, B groups, out groups) in matmul order."""
+    return ((form.batch, form.m, form.k), (form.batch, form.k, form.n),
+            (form.batch, form.m, form.n))
+
+
+def preferred_perm(idx: tuple[str, ...], groups: tuple[tuple[str, ...], ...]) -> tuple[int, ...]:
+    """The storage order that lays a tensor out as its matmul view: batch, rows, cols."""
+    flat = [i for g in groups for i in g if i in idx]
+    return tuple(idx.index(i) for i in flat)

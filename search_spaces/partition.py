@@ -1,0 +1,128 @@
+"""Fusion partitions: groups from fused edges, their anchors, legality, and enumeration.
+
+Semantics: fusing the edge p->c puts p into c's group; a group is a connected set of ops under
+fused edges and runs as one loop nest hosted by its anchor, the group's single sink.  Every other
+member is evaluated inside the anchor's tiles (a prologue, or for a contraction feeding an
+elementwise anchor, an epilogue).  A tensor read outside the group that computes it is
+materialized.  Legal groups are convex (no path leaves the group and re-enters it) and have one
+sink (sibling ops with no consumer in the group cannot share one loop nest).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import combinations
+
+from .space_spec import edges_of
+from .workload import Workload
+
+
+@dataclass(frozen=True)
+class Group:
+    """Ops of one fused group, in program order; ``anchor`` is the sink that hosts the nest."""
+    members: tuple[str, ...]
+    anchor: str
+
+    @property
+    def producers(self) -> tuple[str, ...]:
+        return tuple(m for m in self.members if m != self.anchor)
+
+
+def edge_names(w: Workload) -> list[str]:
+    return [f"{p}->{c}" for p, c in edges_of(w.ops)]
+
+
+def _components(w: Workload, fused: set[tuple[str, str]]) -> list[list[str]]:
+    parent = {op.out: op.out for op in w.ops}
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for p, c in fused:
+        parent[find(p)] = find(c)
+    comps: dict[str, list[str]] = {}
+    for op in w.ops:
+        comps.setdefault(find(op.out), []).append(op.out)
+    return list(comps.values())
+
+
+def _descendants(w: Workload, start: str) -> set[str]:
+    seen: set[str] = set()
+    stack = [start]
+    while stack:
+        x = stack.pop()
+        for c in w.consumers.get(x, ()):
+            if c not in seen:
+                seen.add(c)
+                stack.append(c)
+    return seen
+
+
+def check_partition(w: Workload, fused: set[tuple[str, str]]) -> str | None:
+    """None if the partition given by ``fused`` is legal, else why not (one line)."""
+    ops = {op.out for op in w.ops}
+    for p, c in fused:
+        if p not in ops or c not in ops or c not in w.consumers.get(p, ()):
+            return f"{p}->{c} is not an edge between ops"
+    for comp in _components(w, fused):
+        members = set(comp)
+        sinks = [m for m in comp if not any(c in members for c in w.consumers[m])]
+        if len(sinks) != 1:
+            return f"group {{{', '.join(comp)}}} has {len(sinks)} sinks ({', '.join(sinks)}); " \
+                   f"a group needs exactly one"
+        for m in comp:
+            for c in w.consumers[m]:
+                if c in members:
+                    continue
+                if _descendants(w, c) & members:
+                    return f"group {{{', '.join(comp)}}} is not convex: {m}->{c} leaves it " \
+                           f"and a path from {c} comes back"
+    return None
+
+
+def groups(w: Workload, fused: set[tuple[str, str]]) -> list[Group]:
+    """Groups of a legal partition, in an order where every group runs after what it reads."""
+    out = []
+    for comp in _components(w, fused):
+        members = set(comp)
+        sink = [m for m in comp if not any(c in members for c in w.consumers[m])][0]
+        out.append(Group(tuple(comp), sink))
+    order = {op.out: k for k, op in enumerate(w.ops)}
+    # convex groups run in the program order of their anchors
+    return sorted(out, key=lambda g: order[g.anchor])
+
+
+def materialized(w: Workload, fused: set[tuple[str, str]]) -> set[str]:
+    """Intermediates that some consumer reads from memory (plus the program outputs)."""
+    out = set(w.outputs)
+    for p, c in edges_of(w.ops):
+        if (p, c) not in fused:
+            out.add(p)
+    return out
+
+
+def legal_partitions(w: Workload, limit_edges: int = 16) -> list[frozenset[tuple[str, str]]]:
+    """Every legal set of fused edges (exhaustive; for small programs and tests)."""
+    edges = edges_of(w.ops)
+    if len(edges) > limit_edges:
+        raise ValueError(f"{len(edges)} edges: too many to enumerate exhaustively")
+    out = []
+    for r in range(len(edges) + 1):
+        for sub in combinations(edges, r):
+            s = set(sub)
+            if check_partition(w, s) is None:
+                out.append(frozenset(s))
+    return out
+
+
+def repair(w: Workload, wanted: list[tuple[str, str]], forced: list[tuple[str, str]] = ()
+           ) -> set[tuple[str, str]]:
+    """The largest prefix-greedy legal subset of ``wanted`` (forced edges first)."""
+    fused: set[tuple[str, str]] = set()
+    for e in list(forced) + [e for e in wanted if e not in forced]:
+        trial = fused | {e}
+        if check_partition(w, trial) is None:
+            fused = trial
+    return fused

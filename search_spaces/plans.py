@@ -1,0 +1,125 @@
+"""Named plans: ``unfused``, ``greedy`` (the 2023 IREE rule) and ``heuristic`` (a sound default)."""
+from __future__ import annotations
+
+import math
+
+from .candidate import IMPL_LIBRARY, IMPL_LOOP, Candidate
+from .footprint import plan_group
+from .gemm import gemm_form, operand_groups, preferred_perm
+from .partition import check_partition, groups, materialized
+from .space import SearchSpace
+from .workload import Workload
+
+NAMED_PLANS = ("unfused", "greedy", "heuristic")
+TILE_TARGET = 8192   # anchor elements per tile: enough work per tile, buffers stay in L2
+
+
+def default_tiles(w: Workload, members: tuple[str, ...], anchor: str, layout: tuple[int, ...],
+                  options: list[list[int]]) -> tuple[int, ...]:
+    """Tile the anchor's outer storage dims down to about TILE_TARGET elements per tile, keeping
+    full every dim whose tiling would make a member recompute work."""
+    from .partition import Group
+    op = w.op(anchor)
+    g = Group(members, anchor)
+    tiles = [e for e in op.out_shape]
+    layout_of = lambda t: tuple(range(len(w.shapes[t])))
+    volume = math.prod(op.out_shape)
+    for d in layout:
+        rest = volume // op.out_shape[d]
+        want = max(1, math.ceil(TILE_TARGET / max(rest, 1)))
+        t = min([o for o in options[d] if o >= want] or [options[d][-1]])
+        trial = list(tiles)
+        trial[d] = t
+        if all(m.recompute <= 1.0 + 1e-9 for m in plan_group(w, g, tuple(trial), layout_of)):
+            tiles = trial
+            volume = rest * min(t, op.out_shape[d])
+        if volume <= TILE_TARGET:
+            break
+    return tuple(tiles)
+
+
+def _tile_choice(space: SearchSpace, fused: set, layouts: dict[str, tuple[int, ...]], per_elem: bool):
+    """A ``choose`` that answers tile questions with default (or per-element) tiles."""
+    w = space.w
+    by_anchor = {g.anchor: g for g in groups(w, fused)}
+    cache: dict[str, tuple[int, ...]] = {}
+
+    def choose(name, opts):
+        kind, _, rest = name.partition(":")
+        if kind == "layout":
+            want = layouts.get(rest)
+            perms = space.layout_options(rest)
+            return perms.index(want) if want in perms else 0
+        if kind == "tile":
+            anchor, k = rest.rsplit(":", 1)
+            if per_elem:
+                return opts[0]
+            if anchor not in cache:
+                g = by_anchor[anchor]
+                lay = layouts.get(anchor, tuple(range(len(w.op(anchor).parallel))))
+                cache[anchor] = default_tiles(w, g.members, anchor, lay, space.tile_options[anchor])
+            t = cache[anchor][int(k)]
+            return min([o for o in opts if o >= t] or [opts[-1]])
+        return opts[0]
+    return choose
+
+
+def named_plan(space: SearchSpace, name: str) -> Candidate:
+    """One of NAMED_PLANS for the space's workload (restricted by its [space] table)."""
+    w = space.w
+    lib_ok = IMPL_LIBRARY in space.impls
+    impl = {op.out: (IMPL_LIBRARY if lib_ok and op.out in space.library_ok else IMPL_LOOP)
+            for op in w.ops if op.is_contraction}
+    forced = set(space.force)
+    layouts: dict[str, tuple[int, ...]] = {}
+    if name == "unfused":
+        fused: set = set()
+    elif name == "greedy":
+        impl = {k: IMPL_LOOP for k in impl}
+        fused = set()
+        for p, c in space.edges:
+            if len(w.consumers[p]) == 1 and p not in w.outputs and (p, c) not in space.forbid:
+                if check_partition(w, fused | {(p, c)}) is None:
+                    fused.add((p, c))
+    elif name == "heuristic":
+        fused = set()
+        for p, c in space.edges:
+            if (p, c) in space.forbid or impl.get(p) == IMPL_LIBRARY or impl.get(c) == IMPL_LIBRARY:
+                continue
+            trial = fused | {(p, c)}
+            if check_partition(w, trial) is not None:
+                continue
+            g = next(g for g in groups(w, trial) if c in g.members)
+            lay = tuple(range(len(w.op(g.anchor).parallel)))
+            tiles = default_tiles(w, g.members, g.anchor, lay, space.tile_options[g.anchor])
+            ident = lambda t: tuple(range(len(w.shapes[t])))
+            if all(m.recompute <= 1.0 + 1e-9 for m in plan_group(w, g, tiles, ident)):
+                fused = trial
+        layouts = _gemm_layouts(space, impl, fused)
+    else:
+        raise ValueError(f"unknown plan {name!r} (choices: {', '.join(NAMED_PLANS)})")
+    fused |= {e for e in forced if check_partition(w, fused | {e}) is None
+              and impl.get(e[0]) != IMPL_LIBRARY and impl.get(e[1]) != IMPL_LIBRARY}
+    fused -= {e for e in fused if e in space.forbid}
+    choose = _tile_choice(space, fused, layouts, per_elem=(name == "greedy"))
+    return space.finish(fused, impl, choose, name)
+
+
+def _gemm_layouts(space: SearchSpace, impl: dict, fused: set) -> dict[str, tuple[int, ...]]:
+    """Channel-major (batch-outermost) layouts for the operands and results of library GEMMs."""
+    w = space.w
+    mats = materialized(w, fused)
+    out: dict[str, tuple[int, ...]] = {}
+    for op in w.ops:
+        form = gemm_form(op) if impl.get(op.out) == IMPL_LIBRARY else None
+        if form is None:
+            continue
+        ga, gb, go = operand_groups(form)
+        for tensor, idx, grp in ((form.a.tensor, form.a.idx, ga), (form.b.tensor, form.b.idx, gb),
+                                 (op.out, op.parallel, go)):
+            if tensor in mats and tensor not in out and tensor not in w.outputs \
+                    and tensor not in w.input_names:
+                perm = preferred_perm(idx, grp)
+                if perm in space.layout_options(tensor):
+                    out[tensor] = perm
+    return out

@@ -1,0 +1,113 @@
+"""The search space of a workload, derived automatically and narrowed by its ``[space]`` table.
+
+Choices are asked through a ``choose(name, options)`` callback, so Optuna's
+``trial.suggest_categorical`` or a random generator can drive the same code.  Illegal fusion
+choices are repaired (edges dropped in order until the partition is legal), so every set of
+answers yields a legal candidate.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import permutations
+from typing import Callable, Sequence
+
+from .candidate import IMPL_LIBRARY, IMPL_LOOP, Candidate, GroupSchedule, make_candidate
+from .gemm import gemm_form
+from .partition import groups, materialized, repair
+from .space_spec import edges_of
+from .workload import Workload
+
+SPACE_VERSION = "1"
+Choose = Callable[[str, Sequence], object]
+
+
+@dataclass(frozen=True)
+class TileBounds:
+    """Tile sizes a backend accepts: powers of two in [lo, hi]."""
+    lo: int = 1
+    hi: int = 256
+
+
+class SearchSpace:
+    """Every candidate for one workload on one backend."""
+
+    def __init__(self, w: Workload, bounds: TileBounds = TileBounds()):
+        self.w = w
+        spec = w.space
+        self.edges = edges_of(w.ops)
+        self.forbid = {tuple(e.split("->")) for e in spec.get("forbid_fusion", [])}
+        self.force = [tuple(e.split("->")) for e in spec.get("force_fusion", [])]
+        allowed_tiles = spec.get("tiles")
+        self.impls = tuple(spec.get("contraction_impls", [IMPL_LIBRARY, IMPL_LOOP]))
+        self.identity_layouts = spec.get("layouts") == "identity"
+        self.tile_options: dict[str, list[list[int]]] = {}
+        for op in w.ops:
+            per_dim = []
+            for e in op.out_shape:
+                # powers of two below the extent, then the whole extent (no tiling)
+                opts = []
+                t = bounds.lo
+                while t < e and t <= bounds.hi:
+                    if allowed_tiles is None or t in allowed_tiles:
+                        opts.append(t)
+                    t *= 2
+                per_dim.append(opts + [e])
+            self.tile_options[op.out] = per_dim
+        self.library_ok = {op.out for op in w.ops if gemm_form(op) is not None}
+
+    # ---- layouts -------------------------------------------------------------------------
+    def layout_options(self, tensor: str) -> list[tuple[int, ...]]:
+        rank = len(self.w.shapes[tensor])
+        if self.identity_layouts or tensor in self.w.outputs or tensor in self.w.input_names \
+                or rank < 2:
+            return [tuple(range(rank))]
+        if rank <= 4:
+            return list(permutations(range(rank)))
+        ident = tuple(range(rank))
+        return [ident] + [tuple([d] + [x for x in ident if x != d]) for d in range(1, rank)]
+
+    # ---- building a candidate ------------------------------------------------------------
+    def build(self, choose: Choose, name: str = "") -> Candidate:
+        """Ask every decision through ``choose``; returns a legal candidate."""
+        w = self.w
+        impl = {}
+        for op in w.ops:
+            if op.is_contraction:
+                opts = [i for i in self.impls if i != IMPL_LIBRARY or op.out in self.library_ok]
+                impl[op.out] = choose(f"impl:{op.out}", opts or [IMPL_LOOP])
+        wanted = []
+        for p, c in self.edges:
+            if (p, c) in self.forbid:
+                continue
+            if impl.get(p) == IMPL_LIBRARY or impl.get(c) == IMPL_LIBRARY:
+                continue  # a library GEMM runs alone: its operands and result are materialized
+            if (p, c) in self.force or choose(f"fuse:{p}->{c}", [0, 1]):
+                wanted.append((p, c))
+        forced = [e for e in self.force if impl.get(e[0]) != IMPL_LIBRARY
+                  and impl.get(e[1]) != IMPL_LIBRARY]
+        fused = repair(w, wanted, forced)
+        return self.finish(fused, impl, choose, name)
+
+    def finish(self, fused: set, impl: dict, choose: Choose, name: str = "") -> Candidate:
+        """Layouts and schedules for a fixed partition."""
+        w = self.w
+        mats = materialized(w, fused)
+        layouts = {}
+        for t in sorted(mats):
+            opts = self.layout_options(t)
+            layouts[t] = opts[0] if len(opts) == 1 else tuple(
+                opts[int(choose(f"layout:{t}", list(range(len(opts)))))])
+        scheds = []
+        for g in groups(w, fused):
+            lib = len(g.members) == 1 and impl.get(g.anchor) == IMPL_LIBRARY
+            if lib:
+                scheds.append(GroupSchedule(g.anchor, tuple(w.op(g.anchor).out_shape), IMPL_LIBRARY))
+                continue
+            tiles = tuple(int(choose(f"tile:{g.anchor}:{k}", opts))
+                          for k, opts in enumerate(self.tile_options[g.anchor]))
+            scheds.append(GroupSchedule(g.anchor, tiles, IMPL_LOOP))
+        return make_candidate([f"{p}->{c}" for p, c in fused], layouts, scheds, name)
+
+    def random(self, rng) -> Candidate:
+        """A uniformly drawn candidate (``rng``: numpy Generator)."""
+        return self.build(lambda _n, opts: opts[int(rng.integers(len(opts)))])
