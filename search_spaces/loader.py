@@ -81,6 +81,8 @@ def parse_workload(text: str, path: str = "<workload>", dims: dict[str, int] | N
     except tomllib.TOMLDecodeError as e:
         m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
         line, col = (int(m.group(1)), int(m.group(2))) if m else (1, 1)
+        if not m and "(at end of document)" in str(e):  # e.g. an unterminated string
+            line, col = text.count("\n") + 1, len(text.rsplit("\n", 1)[-1]) + 1
         msg = re.sub(r"\s*\(at line.*\)", "", str(e)) or "invalid TOML"
         raise WorkloadError(f"invalid TOML: {msg}", path, line, col) from None
     except (ValueError, RecursionError) as e:  # tomllib can raise these on hostile input
