@@ -1,0 +1,10 @@
+"""The one exception the plan database raises for anything the user must act on."""
+
+# Appended to every message about a file we refuse to open: the user's way out, which
+# never involves us touching their file.
+RECOVERY_HINT = "move it aside or pass --db NEW_PATH; `autotune db check` tells more"
+
+
+class DBError(Exception):
+    """A plan database that cannot be used: one line naming the path, the problem and
+    the way out.  The file is never modified when this is raised on open."""
