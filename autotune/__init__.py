@@ -3,6 +3,13 @@ from search_spaces import Workload, WorkloadError, builtin_names, load_workload
 
 from .reference import reference
 
+
+def load_best(w, device: str = "cpu", db=None):
+    """The cached best plan for ``w`` on ``device`` as ``fn(**inputs) -> {output: array}``;
+    the heuristic plan (with a warning) when none is cached.  See autotune.api."""
+    from .api import load_best as _load_best
+    return _load_best(w, device, db)
+
 __version__ = "0.1.0"
-__all__ = ["Workload", "WorkloadError", "builtin_names", "load_workload", "reference",
+__all__ = ["Workload", "WorkloadError", "builtin_names", "load_workload", "reference", "load_best",
            "__version__"]

@@ -73,6 +73,8 @@ _V1 = [
         predicted_s REAL,
         measured_s REAL,
         error TEXT,
+        params_json TEXT,
+        options_json TEXT,
         created TEXT NOT NULL,
         CHECK ((status = 'ok') = (measured_s IS NOT NULL)),
         UNIQUE (plan_key, study, number))""",

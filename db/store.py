@@ -90,7 +90,8 @@ class PlanDB:
 
     def add_trial(self, key: PlanKey, study: str, number: int, candidate_json: str,
                   status: str, predicted_s: float | None = None,
-                  measured_s: float | None = None, error: str | None = None) -> bool:
+                  measured_s: float | None = None, error: str | None = None,
+                  params_json: str | None = None, options_json: str | None = None) -> bool:
         """Insert trial ``number`` of ``study``; False if it was already there.
 
         An ok trial also updates best_plans in the same transaction, replacing the
@@ -99,21 +100,22 @@ class PlanDB:
         """
         with immediate(self.db.conn):
             return self._insert(key, study, int(number), candidate_json, status,
-                                predicted_s, measured_s, error)
+                                predicted_s, measured_s, error, params_json, options_json)
 
     def append_trial(self, key: PlanKey, study: str, candidate_json: str, status: str,
                      predicted_s: float | None = None, measured_s: float | None = None,
-                     error: str | None = None) -> int:
+                     error: str | None = None, params_json: str | None = None,
+                     options_json: str | None = None) -> int:
         """Like add_trial, numbering the trial max+1 inside the transaction (so
         concurrent writers to one study never collide); returns the number used."""
         with immediate(self.db.conn):
             number = self._next(key.key, study)
             self._insert(key, study, number, candidate_json, status,
-                         predicted_s, measured_s, error)
+                         predicted_s, measured_s, error, params_json, options_json)
             return number
 
     def _insert(self, key, study, number, candidate_json, status, predicted_s,
-                measured_s, error) -> bool:
+                measured_s, error, params_json=None, options_json=None) -> bool:
         if status not in STATUSES:
             raise ValueError(f"trial status {status!r}: expected one of {', '.join(STATUSES)}")
         if status != "ok":
@@ -125,7 +127,8 @@ class PlanDB:
         cols = key.columns()
         row = {**cols, "study": study, "number": number, "candidate_json": candidate_json,
                "status": status, "predicted_s": predicted_s, "measured_s": measured_s,
-               "error": error, "created": _now()}
+               "error": error, "params_json": params_json, "options_json": options_json,
+               "created": _now()}
         names = ", ".join(row)
         cur = self.db.conn.execute(
             f"INSERT INTO trials ({names}) VALUES ({', '.join(':' + n for n in row)}) "

@@ -111,3 +111,37 @@ class SearchSpace:
     def random(self, rng) -> Candidate:
         """A uniformly drawn candidate (``rng``: numpy Generator)."""
         return self.build(lambda _n, opts: opts[int(rng.integers(len(opts)))])
+
+
+def params_of(space: SearchSpace, cand: Candidate) -> dict[str, object] | None:
+    """The answers to ``space.build``'s questions that rebuild ``cand`` (None if none do):
+    how a named or model-picked plan is handed to a sampler as an ordinary trial."""
+    w = space.w
+    fused = cand.fused_pairs
+    params: dict[str, object] = {}
+
+    def answer(name: str, opts):
+        kind, _, rest = name.partition(":")
+        if kind == "impl":
+            try:
+                val = cand.schedule(rest).impl
+            except KeyError:
+                val = IMPL_LOOP
+        elif kind == "fuse":
+            p, c = rest.split("->")
+            val = int((p, c) in fused)
+        elif kind == "layout":
+            perm = cand.layout(rest, len(w.shapes[rest]))
+            perms = space.layout_options(rest)
+            val = perms.index(perm) if perm in perms else 0
+        else:
+            anchor, k = rest.rsplit(":", 1)
+            tiles = cand.schedule(anchor).tiles
+            val = tiles[int(k)] if int(k) < len(tiles) else opts[-1]
+        if val not in opts:
+            val = opts[-1]
+        params[name] = val
+        return val
+
+    built = space.build(answer)
+    return params if built.key == cand.key else None

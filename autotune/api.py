@@ -1,0 +1,92 @@
+"""The library surface beyond loading workloads: search, load_best, named plans.
+
+``fn = autotune.load_best(w, device="cpu")`` returns a callable ``fn(**inputs) -> {output: array}``
+running the cached best plan for this workload on this device and library versions, or the
+heuristic plan with a warning when nothing valid is cached.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+from db.keys import PlanKey
+from db.store import PlanDB, default_db_path
+from search_spaces.candidate import Candidate
+from search_spaces.plans import named_plan
+from search_spaces.space import SearchSpace
+from search_spaces.workload import Workload
+
+from .backends import device_spec, make_backend, resolve, tile_bounds
+from .measure import MeasureSettings
+from .search import SearchConfig, SearchResult, search
+
+
+class NoCachedPlanWarning(UserWarning):
+    """load_best found no plan for this key and fell back to the heuristic plan."""
+
+
+def cache_root(db_path: Path | None = None) -> Path:
+    """Where compiled kernels and cached references live: beside the plan database."""
+    return (Path(db_path) if db_path else default_db_path()).expanduser().resolve().parent
+
+
+def open_db(db: str | os.PathLike | None = None) -> PlanDB:
+    return PlanDB(db if db is not None else default_db_path())
+
+
+def space_for(w: Workload, kind: str) -> SearchSpace:
+    return SearchSpace(w, tile_bounds(kind))
+
+
+def make_executable(w: Workload, cand: Candidate, kind: str, cache_dir: Path):
+    """Compile ``cand`` for the device kind; returns ``fn(**inputs) -> outputs``."""
+    if kind == "cpu":
+        from .executor import CompiledPlan
+        return CompiledPlan(w, cand, cache_dir / "kernels")
+    from .cuda_executor import CudaPlan
+    return CudaPlan(w, cand, cache_dir / "kernels")
+
+
+def run_search(w: Workload, device: str = "cpu", db: str | os.PathLike | None = None,
+               config: SearchConfig = SearchConfig(), settings: MeasureSettings = MeasureSettings(),
+               on_trial=None) -> SearchResult:
+    """Search, verify and cache the best plan for ``w`` on ``device``."""
+    env = resolve(device)
+    store = open_db(db)
+    try:
+        key = PlanKey.for_env(w.hash, env)
+        root = cache_root(store.path)
+        backend = make_backend(env, w, config.seed, root, settings)
+        try:
+            return search(w, space_for(w, env.kind), backend, store, key, device_spec(env),
+                          config, on_trial)
+        finally:
+            backend.close()
+    finally:
+        store.close()
+
+
+def best_candidate(w: Workload, device: str = "cpu", db=None) -> tuple[Candidate | None, dict | None]:
+    env = resolve(device)
+    store = open_db(db)
+    try:
+        row = store.best(PlanKey.for_env(w.hash, env).key)
+    finally:
+        store.close()
+    return (Candidate.from_json(row["candidate_json"]), row) if row else (None, None)
+
+
+def load_best(w: Workload, device: str = "cpu", db: str | os.PathLike | None = None):
+    """The cached best plan for (workload, device, versions) as a callable; else the heuristic
+    plan, with a NoCachedPlanWarning.  A plan cached for another device or version is never
+    used: its key differs."""
+    env = resolve(device)
+    cand, _ = best_candidate(w, device, db)
+    if cand is None:
+        warnings.warn(f"no cached plan for {w.name} on {env.name} with these library versions; "
+                      f"using the heuristic plan (run `autotune search` to tune it)",
+                      NoCachedPlanWarning, stacklevel=2)
+        cand = named_plan(space_for(w, env.kind), "heuristic")
+    root = cache_root(Path(db) if db else None)
+    return make_executable(w, cand, env.kind, root)

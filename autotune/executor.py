@@ -1,0 +1,148 @@
+"""Runs a candidate on the CPU: compiled loop groups through ctypes, library GEMMs through NumPy.
+
+Materialized intermediates live in buffers allocated once per compiled plan, each stored in the
+candidate's layout (``storage = logical.transpose(perm)``); program outputs are fresh arrays
+on every call, so results handed to callers are never overwritten by a later call.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from search_spaces.candidate import IMPL_LIBRARY, Candidate
+from search_spaces.gemm import gemm_form
+from search_spaces.partition import groups, materialized
+from search_spaces.workload import Workload
+
+from .codegen_c import generate
+
+CFLAGS = ["-O3", "-march=native", "-fopenmp", "-ffast-math", "-fno-finite-math-only",
+          "-fPIC", "-shared"]
+
+
+class CompileError(RuntimeError):
+    """The C compiler rejected generated source (a bug in codegen, reported as trial failure)."""
+
+
+def compile_source(src: str, cache_dir: Path, cc: str = "cc") -> Path:
+    """Compile ``src`` to a shared library, cached by the hash of source and flags."""
+    digest = hashlib.sha256((src + " ".join(CFLAGS) + cc).encode()).hexdigest()[:24]
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    lib = cache_dir / f"k_{digest}.so"
+    if lib.exists():
+        return lib
+    with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
+        c_path = Path(tmp) / "k.c"
+        c_path.write_text(src)
+        out = Path(tmp) / "k.so"
+        proc = subprocess.run([cc, *CFLAGS, str(c_path), "-o", str(out), "-lm"],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            first = next((l for l in proc.stderr.splitlines() if "error" in l), proc.stderr[:300])
+            raise CompileError(f"cc failed: {first.strip()}")
+        os.replace(out, lib)  # atomic: concurrent searches never load a half-written library
+    return lib
+
+
+def _as3(arr: np.ndarray, idx: tuple[str, ...], groups3) -> np.ndarray:
+    """View (or, if impossible, copy) of ``arr`` (indexed by ``idx``) as (batch, rows, cols)."""
+    order = [idx.index(i) for g in groups3 for i in g]
+    t = arr.transpose(order)
+    shape = [int(np.prod([arr.shape[idx.index(i)] for i in g], dtype=np.int64)) for g in groups3]
+    try:
+        v = t.view()
+        v.shape = shape      # raises if a view cannot express it
+        return v
+    except AttributeError:
+        return t.reshape(shape)
+
+
+def _blasable(m: np.ndarray) -> bool:
+    it = m.itemsize
+    s1, s2 = m.strides[-2], m.strides[-1]
+    return (s2 == it and s1 >= m.shape[-1] * it) or (s1 == it and s2 >= m.shape[-2] * it)
+
+
+class CompiledPlan:
+    """An executable candidate: ``plan(**inputs) -> {output: ndarray}``."""
+
+    def __init__(self, w: Workload, cand: Candidate, cache_dir: Path):
+        self.w, self.cand = w, cand
+        self.dtype = np.dtype(w.dtype)
+        src, kernels = generate(w, cand)
+        self.source = src
+        self.lib = ctypes.CDLL(str(compile_source(src, cache_dir))) if kernels else None
+        self.kernels = {k.anchor: k for k in kernels}
+        self.groups = groups(w, cand.fused_pairs)
+        mats = materialized(w, cand.fused_pairs)
+        self.storage: dict[str, np.ndarray] = {}
+        self.logical: dict[str, np.ndarray] = {}
+        for t in sorted(mats - set(w.outputs)):
+            self._alloc(t)
+        self.fns = {a: getattr(self.lib, k.name) for a, k in self.kernels.items()}
+        for f in self.fns.values():
+            f.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+            f.restype = None
+
+    def _alloc(self, t: str) -> None:
+        shape = self.w.shapes[t]
+        perm = self.cand.layout(t, len(shape))
+        store = np.empty([shape[d] for d in perm], dtype=self.dtype)
+        self.storage[t] = store
+        self.logical[t] = store.transpose(np.argsort(perm))
+
+    def __call__(self, **inputs: np.ndarray) -> dict[str, np.ndarray]:
+        w = self.w
+        env = dict(self.logical)
+        storage = dict(self.storage)
+        for n, shp in w.inputs:
+            if n not in inputs:
+                raise ValueError(f"missing input {n!r}")
+            a = np.ascontiguousarray(inputs[n], dtype=self.dtype)
+            if a.shape != shp:
+                raise ValueError(f"input {n!r} has shape {a.shape}, expected {shp}")
+            env[n] = storage[n] = a
+        outs = {}
+        for o in w.outputs:
+            outs[o] = env[o] = storage[o] = np.empty(w.shapes[o], dtype=self.dtype)
+        for g in self.groups:
+            if self.cand.schedule(g.anchor).impl == IMPL_LIBRARY:
+                self._gemm(g.anchor, env)
+            else:
+                k = self.kernels[g.anchor]
+                ptrs = (ctypes.c_void_p * len(k.args))(*[storage[t].ctypes.data for t in k.args])
+                self.fns[g.anchor](ptrs)
+        return outs
+
+    def _gemm(self, name: str, env) -> None:
+        op = self.w.op(name)
+        f = gemm_form(op)
+        A = _as3(env[f.a.tensor], f.a.idx, (f.batch, f.m, f.k))
+        B = _as3(env[f.b.tensor], f.b.idx, (f.batch, f.k, f.n))
+        out = env[name]
+        order = [op.parallel.index(i) for g in (f.batch, f.m, f.n) for i in g]
+        t = out.transpose(order)
+        shape = [int(np.prod([out.shape[op.parallel.index(i)] for i in g], dtype=np.int64))
+                 for g in (f.batch, f.m, f.n)]
+        O = t.view()
+        try:
+            O.shape = shape
+        except AttributeError:
+            O = None
+        if O is not None and _blasable(O) and O.strides[-1] == O.itemsize:
+            np.matmul(A, B, out=O)
+        elif O is not None and _blasable(O):
+            # column-major result: compute its transpose, B^T A^T, straight into it
+            np.matmul(B.transpose(0, 2, 1), A.transpose(0, 2, 1), out=O.transpose(0, 2, 1))
+        else:
+            res = np.matmul(A, B)
+            t[...] = res.reshape(t.shape)
+            O = None
+        if f.scale != 1.0:
+            np.multiply(out, self.dtype.type(f.scale), out=out)

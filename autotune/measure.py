@@ -1,0 +1,74 @@
+"""Measuring candidates: the Backend protocol and its result type.
+
+A backend compiles a candidate, runs it on fresh random inputs, compares every output with the
+float64 reference under the workload's tolerance, and times it (warm-up, repeats, median).
+Failures come back as data (status and error text), never as exceptions that stop a search.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Protocol
+
+import numpy as np
+
+from search_spaces.candidate import Candidate
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Outcome of measuring one candidate."""
+    status: str                    # "ok" | "failed"
+    median_s: float | None = None
+    times: tuple[float, ...] = ()
+    rel_err: float | None = None   # worst relative L2 error over the outputs
+    error: str = ""
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["times"] = list(self.times)
+        return d
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """How hard to measure: runs after the checked one, and when to stop early."""
+    warmup: int = 1
+    repeats: int = 3
+    give_up_factor: float = 3.0    # one run this much slower than the best: no repeats needed
+
+
+class Backend(Protocol):
+    """Compiles and times candidates for one device (CPU, CUDA)."""
+    name: str
+
+    def measure(self, cand: Candidate, timeout_s: float, best_s: float | None) -> Measurement: ...
+
+    def close(self) -> None: ...
+
+
+def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
+    """Relative L2 error; inf when the output holds NaN or inf or has the wrong shape."""
+    if out.shape != ref.shape:
+        return math.inf
+    o = np.asarray(out, dtype=np.float64)
+    if not np.all(np.isfinite(o)):
+        return math.inf
+    denom = float(np.linalg.norm(ref))
+    num = float(np.linalg.norm(o - ref))
+    return num / denom if denom > 0 else num
+
+
+def verify(outs: dict[str, np.ndarray], ref: dict[str, np.ndarray], rtol: float
+           ) -> tuple[float, str]:
+    """(worst relative error, error text or "") of a candidate's outputs against the reference."""
+    worst = 0.0
+    for name, r in ref.items():
+        if name not in outs:
+            return math.inf, f"output {name!r} missing"
+        e = relative_error(outs[name], r)
+        worst = max(worst, e)
+        if not e <= rtol:
+            what = "non-finite values" if e == math.inf else f"relative L2 error {e:.3g}"
+            return worst, f"wrong result in {name!r}: {what} > rtol {rtol:g}"
+    return worst, ""

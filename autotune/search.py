@@ -1,0 +1,194 @@
+"""The search: Optuna ask/tell over the space, the cost model as a filter, every trial persisted.
+
+Order of trials: the named plans (unfused, heuristic, greedy), then the candidates the cost model
+ranks best among a few thousand drawn at random, then the sampler.  A candidate predicted more
+than ``prune_factor`` times slower than the prediction for the best measured candidate is recorded
+as pruned without running (the model's ratios are trusted, not its absolute seconds).  Each
+finished trial is written to the database at once; a rerun of the same search replays them into
+the study and continues.
+"""
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import optuna
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState, create_trial
+
+from costmodel import estimate
+from costmodel.devices import DeviceSpec
+from db.keys import PlanKey
+from db.store import PlanDB
+from search_spaces.candidate import Candidate
+from search_spaces.plans import NAMED_PLANS, named_plan
+from search_spaces.space import SearchSpace, params_of
+from search_spaces.workload import Workload
+
+SAMPLERS = ("tpe", "random", "gp", "cmaes")
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """Knobs of one search (the CLI's options)."""
+    budget: int = 200
+    sampler: str = "tpe"
+    seed: int = 0
+    prune_factor: float = 3.0
+    timeout_factor: float = 10.0     # a run may take this many times the best so far
+    min_timeout_s: float = 30.0
+    model_seeds: int = 12            # model-ranked candidates enqueued after the named plans
+    model_pool: int = 1500           # random candidates the model ranks for them
+
+
+@dataclass
+class Progress:
+    """Running counts, handed to the progress callback after every trial."""
+    done: int = 0
+    measured: int = 0
+    pruned: int = 0
+    failed: int = 0
+    best_s: float | None = None
+    best_name: str = ""
+    last: str = ""
+
+
+@dataclass
+class SearchResult:
+    key: PlanKey
+    study: str
+    progress: Progress
+    best: dict | None = field(default=None)
+
+
+def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=10, multivariate=True,
+                                          group=True, constant_liar=False)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "gp":
+        return optuna.samplers.GPSampler(seed=seed)
+    if name == "cmaes":
+        # CMA-ES handles no categorical parameters: Optuna samples those independently
+        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+    raise ValueError(f"unknown sampler {name!r} (choices: {', '.join(SAMPLERS)})")
+
+
+def _distributions(params: dict, options: dict) -> dict:
+    return {k: CategoricalDistribution(options[k]) for k in params}
+
+
+def search(w: Workload, space: SearchSpace, backend, db: PlanDB, key: PlanKey, dev: DeviceSpec,
+           config: SearchConfig, on_trial: Callable[[Progress], None] | None = None
+           ) -> SearchResult:
+    """Run (or continue) the search for ``key`` until ``config.budget`` trials exist."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    study_name = f"{config.sampler}-seed{config.seed}"
+    db.add_workload(w.hash, w.name, json.dumps(w.canonical(), sort_keys=True))
+    study = optuna.create_study(direction="minimize", sampler=make_sampler(config.sampler,
+                                                                          config.seed))
+    prog = Progress()
+    measured: dict[str, tuple[str, float | None]] = {}    # candidate key -> (status, median)
+    predicted: dict[str, float] = {}
+    best_pred: float | None = None
+    options: dict[str, list] = {}
+
+    def note(status: str, cand: Candidate, pred: float, median: float | None) -> None:
+        nonlocal best_pred
+        prog.done += 1
+        if status == "ok":
+            prog.measured += 1
+            if prog.best_s is None or median < prog.best_s:
+                prog.best_s, prog.best_name, best_pred = median, cand.name or cand.key, pred
+        elif status == "pruned":
+            prog.pruned += 1
+        else:
+            prog.failed += 1
+
+    # ---- replay what an earlier run of this search finished --------------------------------
+    for row in db.trials(key.key, study_name):
+        cand = Candidate.from_json(row["candidate_json"])
+        params = json.loads(row.get("params_json") or "{}")
+        opts = json.loads(row.get("options_json") or "{}")
+        options.update(opts)
+        pred = row["predicted_s"] or math.inf
+        predicted[cand.key] = pred
+        if row["status"] != "pruned":
+            measured[cand.key] = (row["status"], row["measured_s"])
+        note(row["status"], cand, pred, row["measured_s"])
+        if params and all(k in opts for k in params):
+            state = {"ok": TrialState.COMPLETE, "failed": TrialState.FAIL}.get(
+                row["status"], TrialState.PRUNED)
+            study.add_trial(create_trial(
+                params=params, distributions=_distributions(params, opts), state=state,
+                value=row["measured_s"] if state == TrialState.COMPLETE else None))
+    if on_trial and prog.done:
+        on_trial(prog)
+
+    # ---- queue: named plans, then the model's favourites -----------------------------------
+    if prog.done == 0:
+        queue = [named_plan(space, n) for n in ("unfused", "heuristic", "greedy")]
+        queue += _model_favourites(w, space, dev, config, {c.key for c in queue})
+        for cand in queue:
+            params = params_of(space, cand)
+            if params is not None:
+                study.enqueue_trial(params, user_attrs={"name": cand.name})
+
+    while prog.done < config.budget:
+        trial = study.ask()
+        asked: dict[str, list] = {}
+
+        def choose(name, opts):
+            asked[name] = list(opts)
+            return trial.suggest_categorical(name, list(opts))
+
+        cand = space.build(choose, name=trial.user_attrs.get("name", ""))
+        options.update(asked)
+        pred = estimate(w, cand, dev).total_s
+        predicted[cand.key] = pred
+        if cand.key in measured:                      # already measured: reuse, don't rerun
+            status, median = measured[cand.key]
+            error = "same candidate as an earlier trial"
+        elif best_pred is not None and pred > config.prune_factor * best_pred:
+            status, median = "pruned", None
+            error = f"predicted {pred:.3g} s > {config.prune_factor:g} x {best_pred:.3g} s"
+        else:
+            limit = max(config.min_timeout_s, config.timeout_factor * (prog.best_s or 0)) * (
+                2 + backend.settings.warmup + backend.settings.repeats) + config.min_timeout_s
+            m = backend.measure(cand, limit, prog.best_s)
+            status, median, error = m.status, m.median_s, m.error
+            measured[cand.key] = (status, median)
+        db.append_trial(key, study_name, cand.to_json(), status, pred, median, error or None,
+                        params_json=json.dumps(trial.params, sort_keys=True),
+                        options_json=json.dumps(asked, sort_keys=True))
+        if status == "ok":
+            study.tell(trial, median)
+        elif status == "pruned":
+            study.tell(trial, state=TrialState.PRUNED)
+        else:
+            study.tell(trial, state=TrialState.FAIL)
+        note(status, cand, pred, median)
+        prog.last = f"{cand.name or cand.key}: {status}" + (f" {median:.4g} s" if median else "")
+        if on_trial:
+            on_trial(prog)
+    return SearchResult(key, study_name, prog, db.best(key.key))
+
+
+def _model_favourites(w, space, dev, config: SearchConfig, seen: set[str]) -> list[Candidate]:
+    """The distinct candidates the cost model ranks fastest among random draws."""
+    rng = np.random.default_rng(config.seed)
+    scored = []
+    for _ in range(config.model_pool):
+        c = space.random(rng)
+        if c.key in seen:
+            continue
+        seen.add(c.key)
+        scored.append((estimate(w, c, dev).total_s, c))
+    scored.sort(key=lambda x: x[0])
+    return [c for _, c in scored[: config.model_seeds]]
