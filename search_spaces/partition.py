@@ -89,9 +89,21 @@ def groups(w: Workload, fused: set[tuple[str, str]]) -> list[Group]:
         members = set(comp)
         sink = [m for m in comp if not any(c in members for c in w.consumers[m])][0]
         out.append(Group(tuple(comp), sink))
-    order = {op.out: k for k, op in enumerate(w.ops)}
-    # convex groups run in the program order of their anchors
-    return sorted(out, key=lambda g: order[g.anchor])
+    # Topological order of the group DAG (it is acyclic because groups are convex); a
+    # member may be materialized by a group whose anchor comes late in the program, so the
+    # anchors' program order is not enough.  Ties keep program order, for stable output.
+    owner = {m: k for k, g in enumerate(out) for m in g.members}
+    deps = {k: {owner[t] for m in g.members for t in w.op(m).inputs() if t in owner} - {k}
+            for k, g in enumerate(out)}
+    pos = {op.out: k for k, op in enumerate(w.ops)}
+    done: list[int] = []
+    ready = set()
+    while len(done) < len(out):
+        ready = [k for k in range(len(out)) if k not in done and deps[k] <= set(done)]
+        if not ready:
+            raise ValueError("fusion groups form a cycle (the partition is not convex)")
+        done.append(min(ready, key=lambda k: pos[out[k].anchor]))
+    return [out[k] for k in done]
 
 
 def materialized(w: Workload, fused: set[tuple[str, str]]) -> set[str]:
