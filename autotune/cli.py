@@ -268,14 +268,16 @@ def explain(workload: str = typer.Argument(DEFAULT_WORKLOAD,
         if g.fused:
             typer.echo("  fused:  " + ", ".join(f"{f.producer} x{f.recompute_factor:g}"
                                                  for f in g.fused))
-        typer.echo(f"  flops:  {g.flops:.3e} (recomputed {g.recomputed_flops:.3e}, "
-                   f"transcendentals {g.transcendentals:.3e})")
+        typer.echo(f"  flops:  {g.flops:.3e} (useful {g.flops - g.recomputed_flops:.3e}, "
+                   f"recomputed {g.recomputed_flops:.3e}; transcendentals "
+                   f"{g.transcendentals:.3e})")
         typer.echo(f"  bytes:  {g.bytes:.3e} (unique {g.unique_bytes:.3e})  "
                    f"launches {g.launches}")
     launches = sum(g.launches for g in est.groups)
     typer.echo(f"total: {_fmt_s(est.total_s)} predicted  groups {len(est.groups)}  "
-               f"launches {launches}  flops {est.flops:.3e} (recomputed "
-               f"{est.recomputed_flops:.3e})  bytes {est.bytes:.3e}")
+               f"launches {launches}  flops {est.flops:.3e} (useful "
+               f"{est.flops - est.recomputed_flops:.3e}, recomputed {est.recomputed_flops:.3e})"
+               f"  bytes {est.bytes:.3e}")
 
 
 @app.command()

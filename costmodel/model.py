@@ -84,7 +84,7 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
         f, t = op.flops_per_iteration()
         flops += mp.executions * f
         trans += mp.executions * t
-        recomputed += (mp.executions - op.iterations) * (f + t * dev.transcendental_flops)
+        recomputed += (mp.executions - op.iterations) * f
         if mp.op != g.anchor:
             fused.append(FusedProducer(mp.op, mp.recompute))
         shp = footprint_shape(op, fps[mp.op], anchor, tiles)
