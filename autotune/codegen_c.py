@@ -192,7 +192,7 @@ class _Emitter:
             size = 1
             for s in self.buf_shape(m):
                 size *= s
-            head.append(f"  {ct} *L_{m} = ({ct} *)malloc(sizeof({ct}) * {size}L);")
+            head.append(f"  {ct} *restrict L_{m} = ({ct} *)malloc(sizeof({ct}) * {size}L);")
         collapse = f" collapse({nd})" if nd > 1 else ""
         head.append(f"  #pragma omp for schedule(dynamic, 1){collapse}" if nd else "")
         loops = "".join(f"  for (long t{k} = 0; t{k} < {ntile[k]}L; t{k}++)\n" for k in range(nd))

@@ -136,7 +136,8 @@ def plan_group(w: Workload, g: Group, tiles: tuple[int, ...], layout_of) -> list
                 best, best_size = {i: s for i, s in zip(acc.idx, st)}, size
         own = strides(op.out_shape, layout_of(op.out)) if op.out == g.anchor else \
             strides(op.out_shape, tuple(range(len(op.parallel))))
-        if best is None or best_size < op.out_size:
+        own_size = math.prod(footprint_shape(op, fp, anchor, tiles))
+        if best is None or best_size < own_size:
             best = {i: s for i, s in zip(op.parallel, own)}
         out.append(MemberPlan(op.out, fp, ex, ex / op.iterations, loop_order(op, best)))
     return out

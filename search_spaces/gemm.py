@@ -79,6 +79,14 @@ def operand_groups(form: GemmForm) -> tuple[tuple, tuple, tuple]:
 
 
 def preferred_perm(idx: tuple[str, ...], groups: tuple[tuple[str, ...], ...]) -> tuple[int, ...]:
-    """The storage order that lays a tensor out as its matmul view: batch, rows, cols."""
-    flat = [i for g in groups for i in g if i in idx]
-    return tuple(idx.index(i) for i in flat)
+    """A storage order that lays a tensor out as its matmul view: batch outermost, then rows
+    and cols (or cols and rows: BLAS takes either), whichever disturbs the tensor's own dim
+    order least, so neighbouring elementwise groups are more likely to agree with it."""
+    best = None
+    for order in ((groups[0], groups[1], groups[2]), (groups[0], groups[2], groups[1])):
+        perm = tuple(idx.index(i) for g in order for i in g if i in idx)
+        inversions = sum(1 for x in range(len(perm)) for y in range(x + 1, len(perm))
+                         if perm[x] > perm[y])
+        if best is None or inversions < best[0]:
+            best = (inversions, perm)
+    return best[1]

@@ -5,7 +5,7 @@ import math
 
 from .candidate import IMPL_LIBRARY, IMPL_LOOP, Candidate
 from .footprint import plan_group
-from .gemm import gemm_form, operand_groups, preferred_perm
+from .gemm import as_matrix_view, gemm_form, operand_groups, preferred_perm
 from .partition import check_partition, groups, materialized
 from .space import SearchSpace
 from .workload import Workload
@@ -95,7 +95,7 @@ def named_plan(space: SearchSpace, name: str) -> Candidate:
             ident = lambda t: tuple(range(len(w.shapes[t])))
             if all(m.recompute <= 1.0 + 1e-9 for m in plan_group(w, g, tiles, ident)):
                 fused = trial
-        layouts = _gemm_layouts(space, impl, fused)
+        layouts = _propagate_layouts(space, impl, fused, _gemm_layouts(space, impl, fused))
     else:
         raise ValueError(f"unknown plan {name!r} (choices: {', '.join(NAMED_PLANS)})")
     fused |= {e for e in forced if check_partition(w, fused | {e}) is None
@@ -120,6 +120,59 @@ def _gemm_layouts(space: SearchSpace, impl: dict, fused: set) -> dict[str, tuple
             if tensor in mats and tensor not in out and tensor not in w.outputs \
                     and tensor not in w.input_names:
                 perm = preferred_perm(idx, grp)
-                if perm in space.layout_options(tensor):
+                # identity needs no decision: leave it free for _propagate_layouts
+                if perm != tuple(range(len(idx))) and perm in space.layout_options(tensor):
                     out[tensor] = perm
     return out
+
+
+def _propagate_layouts(space: SearchSpace, impl: dict, fused: set,
+                       layouts: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """Give the free intermediates of each loop group the layout already chosen for one of its
+    elementwise-aligned tensors, so that gating and norm groups between channel-major GEMMs
+    stream every tensor in the same order instead of transposing."""
+    from .footprint import FULL, footprints
+    w = space.w
+    mats = materialized(w, fused)
+    free = {t for t in mats if t not in w.outputs and t not in w.input_names}
+    out = dict(layouts)
+    changed = True
+    while changed:
+        changed = False
+        for g in groups(w, fused):
+            if len(g.members) == 1 and impl.get(g.anchor) == IMPL_LIBRARY:
+                continue
+            anchor = w.op(g.anchor)
+            rank = len(anchor.parallel)
+            fps = footprints(w, g, tuple(anchor.out_shape))
+            attached = [g.anchor] if g.anchor in mats else []
+            for m in g.members:
+                op = w.op(m)
+                if len(op.parallel) != rank or any(d not in (("tile", k), FULL)
+                                                   for k, d in enumerate(fps[m])):
+                    continue
+                attached += [a.tensor for a in op.reads()
+                             if a.tensor in mats and a.idx == op.parallel]
+            chosen = [out[t] for t in attached if t in out]
+            if not chosen:
+                continue
+            for t in attached:
+                if t in free and t not in out and chosen[0] in space.layout_options(t) \
+                        and _gemm_viewable(w, impl, t, chosen[0]):
+                    out[t] = chosen[0]
+                    changed = True
+    return out
+
+
+def _gemm_viewable(w: Workload, impl: dict, tensor: str, perm: tuple[int, ...]) -> bool:
+    """True if every library GEMM touching ``tensor`` can use it in ``perm`` without a copy."""
+    for op in w.ops:
+        form = gemm_form(op) if impl.get(op.out) == IMPL_LIBRARY else None
+        if form is None:
+            continue
+        ga, gb, go = operand_groups(form)
+        for t, idx, grp in ((form.a.tensor, form.a.idx, ga), (form.b.tensor, form.b.idx, gb),
+                            (op.out, op.parallel, go)):
+            if t == tensor and not as_matrix_view(idx, w.shapes[t], perm, grp):
+                return False
+    return True

@@ -5,7 +5,7 @@
 tiles = [8, 16, 32, 64]            # allowed tile sizes (powers of two)
 forbid_fusion = ["a->t"]           # producer->consumer edges never fused
 force_fusion = ["mu->xc"]          # edges always fused
-contraction_impls = ["library"]    # subset of library, tiled
+contraction_impls = ["library"]    # subset of library, loop
 layouts = "all"                    # "all" (every permutation) or "identity"
 ```
 """
@@ -16,7 +16,7 @@ from typing import Callable
 from .ir import Op
 
 SPACE_KEYS = {"tiles", "forbid_fusion", "force_fusion", "contraction_impls", "layouts"}
-IMPLS = ("library", "tiled")
+IMPLS = ("library", "loop")   # a library GEMM, or a generated tiled loop nest
 
 
 def edges_of(ops: list[Op] | tuple[Op, ...]) -> list[tuple[str, str]]:

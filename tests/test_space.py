@@ -276,7 +276,7 @@ def test_force_fusion_is_honoured():
 
 def test_tiled_only_contractions_yield_no_library_groups():
     for name in ("trimul_outgoing", "attention", "gated_mlp"):
-        w = small(name, 'contraction_impls = ["tiled"]\n')
+        w = small(name, 'contraction_impls = ["loop"]\n')
         space = SearchSpace(w)
         cands = [named_plan(space, p) for p in NAMED_PLANS] + \
             [space.random(np.random.default_rng(s)) for s in range(20)]
