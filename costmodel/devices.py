@@ -24,6 +24,8 @@ class DeviceSpec:
     launch_s: float            # fixed cost per group (kernel launch / parallel-region start)
     parallel_units: int        # cores or SMs: fewer tiles than this leaves the device idle
     transcendental_flops: float = 8.0   # flop-equivalents of one exp/log/rsqrt/sigmoid/tanh
+    vector_width: int = 1      # SIMD lanes a generated loop needs to reach loop_flops (CPU)
+    tile_overhead_s: float = 0.0   # per tile and member: scheduling and loop set-up
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -46,7 +48,8 @@ H200 = replace(H100, name="h200", bandwidth=0.85 * 4.8e12)
 # calibrate --device cpu` measures the machine at hand and overrides these.
 CPU_DEFAULT = DeviceSpec("cpu", "cpu", f32_flops=157e9, tf32_flops=0.0, bf16_flops=0.0,
                          gemm_flops=90e9, loop_flops=20e9, bandwidth=10e9, cache_bytes=32e6,
-                         launch_s=30e-6, parallel_units=2, transcendental_flops=10.0)
+                         launch_s=30e-6, parallel_units=2, transcendental_flops=10.0,
+                         vector_width=8, tile_overhead_s=0.2e-6)
 
 PRESETS = {d.name: d for d in (A100, H100, H200, CPU_DEFAULT)}
 

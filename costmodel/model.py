@@ -78,6 +78,8 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
     n_tiles = math.prod(math.ceil(e / t) for e, t in zip(anchor.out_shape, eff_tiles))
     flops = recomputed = trans = 0.0
     moved = unique = 0.0
+    compute_s = 0.0          # at the full loop rate, before occupancy
+    seen: set[str] = set()
     fused = []
     for mp in plans:
         op = w.op(mp.op)
@@ -89,10 +91,29 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
             fused.append(FusedProducer(mp.op, mp.recompute))
         shp = footprint_shape(op, fps[mp.op], anchor, tiles)
         inner = mp.order[-1]
+        inner_ext = shp[op.parallel.index(inner)] if inner in op.parallel else op.extent(inner)
+        # SIMD lanes: an innermost loop shorter than the vector width runs partly scalar
+        vec = min(1.0, inner_ext / dev.vector_width)
+        # a strided walk in the innermost loop (any operand, tile buffers included) turns
+        # vector loads into gathers: count the loop as scalar
+        for acc in op.reads():
+            if inner not in acc.idx:
+                continue
+            if acc.tensor in members:
+                src = w.op(acc.tensor)
+                st = strides(footprint_shape(src, fps[acc.tensor], anchor, tiles),
+                             tuple(range(len(src.parallel))))
+            else:
+                st = strides(w.shapes[acc.tensor], layout_of(acc.tensor))
+            if st[acc.idx.index(inner)] != 1:
+                vec = min(vec, 1.0 / dev.vector_width)
+        compute_s += mp.executions * (f + t * dev.transcendental_flops) / (dev.loop_flops * vec)
         for acc in op.reads():
             if acc.tensor in members:
                 continue
             tensor_bytes = math.prod(w.shapes[acc.tensor]) * item
+            first_read = acc.tensor not in seen
+            seen.add(acc.tensor)
             box = 1
             for i in acc.idx:
                 pos = op.domain.index(i)
@@ -104,9 +125,11 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
             if inner in st and st[inner] != 1 and box * item > dev.cache_bytes / 8:
                 per_run *= min(st[inner], LINE_ELEMS)
             # tensors that fit in cache are read from DRAM once, however often tiles touch them
-            dram = tensor_bytes if tensor_bytes <= dev.cache_bytes / 2 else max(per_run, tensor_bytes)
-            moved += dram
-            unique += tensor_bytes
+            if tensor_bytes <= dev.cache_bytes / 2:
+                moved += tensor_bytes if first_read else 0.0
+            else:
+                moved += max(per_run, tensor_bytes)
+            unique += tensor_bytes if first_read else 0.0
         if mp.op in mats:
             wbytes = math.prod(shp) * item * n_tiles if mp.op != g.anchor else op.out_size * item
             out_st = strides(op.out_shape, layout_of(mp.op))
@@ -118,8 +141,12 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
             unique += op.out_size * item
     # fewer tiles than cores/SMs leaves part of the device idle
     occupancy = min(1.0, n_tiles / dev.parallel_units)
-    rate = dev.loop_flops * occupancy
-    t, bound = _roofline(flops + trans * dev.transcendental_flops, rate, moved, dev, 1)
+    compute_s /= occupancy
+    # each tile pays scheduling and loop set-up per member: what sinks per-element fusion
+    overhead_s = dev.tile_overhead_s * n_tiles * len(plans) / dev.parallel_units
+    memory_s = moved / dev.bandwidth
+    bound = "compute" if compute_s + overhead_s >= memory_s else "memory"
+    t = max(compute_s + overhead_s, memory_s) + dev.launch_s
     return GroupCost(ops=tuple(m.op for m in plans), anchor=g.anchor, impl="loop",
                      tiles=tuple(eff_tiles), predicted_s=t, flops=flops,
                      recomputed_flops=recomputed, transcendentals=trans, bytes=moved,

@@ -154,9 +154,6 @@ def test_reduction_into_elementwise_with_the_reduced_dim_tiled_recomputes(tc, ex
     assert gc.recomputed_flops > 0
 
 
-@pytest.mark.xfail(strict=True, reason="costmodel/model.py _loop_group adds tensor_bytes to "
-                   "unique_bytes per read access, so a tensor read by two members of a group "
-                   "is counted twice")
 def test_unique_bytes_count_each_tensor_once():
     # mu and xc both read x: the group touches x (5*12*4 = 240 bytes) once and writes xc once
     w = workload(REDUCTION, {"I": 5, "C": 12}, {"x": ["I", "C"]}, ["xc"])
