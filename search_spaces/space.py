@@ -39,7 +39,8 @@ class SearchSpace:
         self.force = [tuple(e.split("->")) for e in spec.get("force_fusion", [])]
         allowed_tiles = spec.get("tiles")
         self.impls = tuple(spec.get("contraction_impls", [IMPL_LIBRARY, IMPL_LOOP]))
-        self.identity_layouts = spec.get("layouts") == "identity"
+        self.layout_mode = spec.get("layouts", "auto")
+        self.identity_layouts = self.layout_mode == "identity"
         self.tile_options: dict[str, list[list[int]]] = {}
         for op in w.ops:
             per_dim = []
@@ -54,6 +55,7 @@ class SearchSpace:
                 per_dim.append(opts + [e])
             self.tile_options[op.out] = per_dim
         self.library_ok = {op.out for op in w.ops if gemm_form(op) is not None}
+        self.auto_layouts = self._auto_layouts()
 
     # ---- layouts -------------------------------------------------------------------------
     def layout_options(self, tensor: str) -> list[tuple[int, ...]]:
@@ -61,10 +63,46 @@ class SearchSpace:
         if self.identity_layouts or tensor in self.w.outputs or tensor in self.w.input_names \
                 or rank < 2:
             return [tuple(range(rank))]
-        if rank <= 4:
-            return list(permutations(range(rank)))
         ident = tuple(range(rank))
-        return [ident] + [tuple([d] + [x for x in ident if x != d]) for d in range(1, rank)]
+        if self.layout_mode == "all":
+            if rank <= 4:
+                return list(permutations(range(rank)))
+            return [ident] + [tuple([d] + [x for x in ident if x != d]) for d in range(1, rank)]
+        return self.auto_layouts.get(tensor, [ident])
+
+    def _auto_layouts(self) -> dict[str, list[tuple[int, ...]]]:
+        """Per tensor: the identity and the orders in which each contraction touching it sees
+        a dense matrix stack (batch outermost; rows then cols, or cols then rows).  Arbitrary
+        permutations mostly buy strided, cache-hostile walks; `layouts = "all"` allows them."""
+        from .gemm import operand_groups
+        out: dict[str, list[tuple[int, ...]]] = {}
+        for op in self.w.ops:
+            form = gemm_form(op)
+            if form is None:
+                continue
+            ga, gb, go = operand_groups(form)
+            for tensor, idx, grp in ((form.a.tensor, form.a.idx, ga),
+                                     (form.b.tensor, form.b.idx, gb), (op.out, op.parallel, go)):
+                opts = out.setdefault(tensor, [tuple(range(len(idx)))])
+                for order in ((grp[0], grp[1], grp[2]), (grp[0], grp[2], grp[1])):
+                    perm = tuple(idx.index(i) for g in order for i in g)
+                    if perm not in opts:
+                        opts.append(perm)
+        # elementwise neighbours of a contraction operand may follow its layout
+        changed = True
+        while changed:
+            changed = False
+            for op in self.w.ops:
+                if op.reduction:
+                    continue
+                same = [a.tensor for a in op.reads() if a.idx == op.parallel] + [op.out]
+                union = [p for t in same for p in out.get(t, [])]
+                for t in same:
+                    for p in union:
+                        if p not in out.setdefault(t, [tuple(range(len(op.parallel)))]):
+                            out[t].append(p)
+                            changed = True
+        return out
 
     # ---- building a candidate ------------------------------------------------------------
     def build(self, choose: Choose, name: str = "") -> Candidate:

@@ -6,7 +6,7 @@ tiles = [8, 16, 32, 64]            # allowed tile sizes (powers of two)
 forbid_fusion = ["a->t"]           # producer->consumer edges never fused
 force_fusion = ["mu->xc"]          # edges always fused
 contraction_impls = ["library"]    # subset of library, loop
-layouts = "all"                    # "all" (every permutation) or "identity"
+layouts = "auto"                   # "auto" (identity and GEMM-friendly orders), "all", "identity"
 ```
 """
 from __future__ import annotations
@@ -63,7 +63,7 @@ def validate_space(raw, ops, err: Callable[..., Exception]) -> dict:
                       "contraction_impls")
         out["contraction_impls"] = sorted(set(v))
     if "layouts" in raw:
-        if raw["layouts"] not in ("all", "identity"):
-            raise err("[space] layouts must be \"all\" or \"identity\"", "layouts")
+        if raw["layouts"] not in ("auto", "all", "identity"):
+            raise err("[space] layouts must be \"auto\", \"all\" or \"identity\"", "layouts")
         out["layouts"] = raw["layouts"]
     return out
