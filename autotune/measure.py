@@ -33,9 +33,9 @@ class Measurement:
 @dataclass(frozen=True)
 class MeasureSettings:
     """How hard to measure: runs after the checked one, and when to stop early."""
-    warmup: int = 1
+    warmup: int = 0                # the checked run already warms caches, pages and code
     repeats: int = 3
-    give_up_factor: float = 3.0    # one run this much slower than the best: no repeats needed
+    give_up_factor: float = 1.5    # a checked run this much slower than the best: no repeats
 
 
 class Backend(Protocol):
