@@ -152,7 +152,7 @@ class WorkerHandle:
                 return Measurement("failed", error=f"timeout: no result within {timeout_s:.0f} s")
             kind, payload = self.conn.recv()
         except (EOFError, BrokenPipeError, ConnectionResetError):
-            code = self.proc.exitcode if self.proc else None
+            code = (self.proc.join(5) or self.proc.exitcode) if self.proc else None  # reap first
             self.kill()
             return Measurement("failed", error=f"worker crashed (exit code {code})")
         d = dict(payload)
