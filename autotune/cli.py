@@ -127,6 +127,7 @@ def search_cmd(
     if budget < 1:
         raise CliError("--budget must be at least 1")
     w = load(workload, dims)
+    _api().resolve(device)   # a missing GPU fails here, before any output
     config = SearchConfig(budget=budget, sampler=sampler, seed=seed, prune_factor=prune_factor)
     settings = MeasureSettings(repeats=max(1, repeats))
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -173,11 +174,67 @@ def show_best(workload: Optional[str] = typer.Argument(None, help="built-in name
                    f"trial {r['trial_number']} of study {r['study']}, {r['updated']}")
         for base in ("unfused", "greedy", "heuristic"):
             v = r["speedup"].get(base)
-            typer.echo(f"  vs {base:<9} " + (f"{v:.2f}x faster" if v else "not measured"))
+            pred = r["named_predicted_s"].get(base)
+            if v:
+                typer.echo(f"  vs {base:<9} {v:.2f}x faster ({r['named_s'][base]:.4g} s)")
+            elif pred:
+                typer.echo(f"  vs {base:<9} not run: predicted {pred:.4g} s, "
+                           f"~{pred / r['predicted_s']:.0f}x the best's prediction (pruned)")
+            else:
+                typer.echo(f"  vs {base:<9} not measured")
         c = r["trials"]
         typer.echo(f"  trials: {c.get('ok', 0)} ok, {c.get('pruned', 0)} pruned, "
                    f"{c.get('failed', 0)} failed;  {r['stale'] or 'current'}")
         typer.echo(f"  plan: {r['plan']}")
+
+
+db_app = typer.Typer(help="Inspect the plan database.", no_args_is_help=True)
+cache_app = typer.Typer(help="Maintain the plan cache.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(cache_app, name="cache")
+
+
+@db_app.command("check")
+@handled
+def db_check(db: Optional[str] = typer.Option(None, help="plan database (default: the user's)")):
+    """Diagnose the plan database without modifying it; exit 1 if anything is wrong."""
+    from db import check_file, default_db_path
+    path = db or str(default_db_path())
+    problems = check_file(path)
+    if not problems:
+        typer.echo(f"{path}: OK")
+        return
+    for p in problems:
+        typer.echo(p if p.startswith(path) else f"{path}: {p}", err=True)
+    typer.echo("recover: move the file aside (mv PATH PATH.bad) and rerun the search, or pass "
+               "--db NEW_PATH; trials in a damaged file can be read with `sqlite3 PATH .recover`",
+               err=True)
+    raise typer.Exit(1)
+
+
+@cache_app.command("prune")
+@handled
+def cache_prune(db: Optional[str] = typer.Option(None, help="plan database"),
+                device: str = typer.Option("cpu", help="the device whose current key is kept"),
+                dry_run: bool = typer.Option(False, "--dry-run", help="list, delete nothing")):
+    """Delete trials and best plans recorded under another search-space, schema, device or
+    library version than this machine's current one for DEVICE."""
+    from db.keys import PlanKey
+    from .environment import detect
+    env = detect(device)
+    store = _api().open_db(db)
+    try:
+        stale = store.stale_rows(PlanKey.for_env("", env))
+        for r in stale:
+            typer.echo(f"stale {r['plan_key'][:16]}: {', '.join(r['reasons'])} changed "
+                       f"({r['trials']} trials{', best plan' if r['has_best'] else ''})")
+        if dry_run:
+            typer.echo(f"{len(stale)} stale key(s); nothing deleted (--dry-run)")
+            return
+        n = store.prune(store.all_keys() - {r["plan_key"] for r in stale})
+        typer.echo(f"deleted {n} row(s) under {len(stale)} stale key(s)")
+    finally:
+        store.close()
 
 
 def _api():
@@ -307,6 +364,100 @@ def calibrate(device: str = typer.Option("cpu", help="only cpu: GPU specs are da
                + (f"   last-level cache: {rec['cache_bytes'] / 2**20:.0f} MiB"
                   if "cache_bytes" in rec else ""))
     typer.echo(f"wrote {path}")
+
+
+@app.command()
+@handled
+def emit(workload: str = typer.Argument(DEFAULT_WORKLOAD, help="built-in name or path"),
+         dims: Optional[str] = typer.Option(None, help="override dims, e.g. N=64,C=16"),
+         plan: str = typer.Option("heuristic", help="heuristic, greedy, unfused or best "
+                                                    "(the cached best for this device)"),
+         device: str = typer.Option("cuda", help="cuda or cpu"),
+         out: str = typer.Option(..., "--out", help="folder for the sources and README.txt"),
+         db: Optional[str] = typer.Option(None, help="plan database (for --plan best)")):
+    """Write a plan's generated sources (one .cu per CUDA kernel, or the C file) and a README."""
+    import os
+    from pathlib import Path
+
+    from search_spaces.plans import named_plan
+    plans = ("heuristic", "greedy", "unfused", "best")
+    if plan not in plans:
+        raise CliError(f"--plan {plan!r}: use one of {', '.join(plans)}")
+    if device not in ("cuda", "cpu"):
+        raise CliError(f"--device {device!r}: use cuda or cpu")
+    w = load(workload, dims)
+    api = _api()
+    if plan == "best":
+        cand, _ = api.best_candidate(w, device, db)
+        if cand is None:
+            raise CliError(f"no cached plan for {w.name} on this {device} device; run "
+                           f"`autotune search {workload} --device {device}` first")
+    else:
+        cand = named_plan(api.space_for(w, device), plan)
+    folder = Path(out)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CliError(f"--out {out}: cannot create ({e.strerror or e})") from None
+    dims_txt = ",".join(f"{k}={v}" for k, v in w.dims)
+    lines = [f"workload {w.name}  dims {dims_txt}  dtype {w.dtype}  plan {plan}  device {device}",
+             f"candidate {cand.to_json()}", ""]
+    files: dict[str, str] = {}
+    if device == "cuda":
+        from costmodel.cuda_limits import DEFAULT_SHARED_BYTES, SHARED_OPTIN_BY_ARCH
+        from .codegen_cuda import generate_cuda, kernel_source
+        from .cuda_executor import precision_of
+        from search_spaces.gemm import gemm_form
+        from search_spaces.partition import groups
+        src, kernels = generate_cuda(w, cand)
+        by_anchor = {k.anchor: k for k in kernels}
+        lines.append(f"library GEMMs: cuBLAS gemmStridedBatchedEx, precision {precision_of(w)}")
+        lines.append("compile one kernel by hand: nvcc -std=c++17 -arch=sm_90 -c FILE.cu")
+        lines.append("")
+        for g in groups(w, cand.fused_pairs):
+            k = by_anchor.get(g.anchor)
+            if k is None:
+                f = gemm_form(w.op(g.anchor))
+                size = lambda idx: "x".join(str(w.op(g.anchor).extent(i)) for i in idx) or "1"
+                lines.append(f"{g.anchor}: library GEMM (cuBLAS)  {w.op(g.anchor).text()}  "
+                             f"batch {size(f.batch)} m {size(f.m)} n {size(f.n)} k {size(f.k)}")
+                continue
+            files[f"{k.name}.cu"] = kernel_source(src, k)
+            notes = []
+            if k.needs_opt_in:
+                notes.append(f"needs the >{DEFAULT_SHARED_BYTES // 1024} KB opt-in")
+            notes += [f"over the {lim // 1024} KB of {arch}"
+                      for arch, lim in SHARED_OPTIN_BY_ARCH.items()
+                      if arch in ("sm_80", "sm_90") and k.smem_bytes > lim]
+            lines.append(f"{k.name}.cu: anchor {k.anchor}  members {', '.join(k.members)}  "
+                         f"tiles {tuple(k.tiles)}  grid {k.grid}  block {k.block}  "
+                         f"smem {k.smem_bytes} B  args ({', '.join(k.args)})"
+                         + (f"  [{'; '.join(notes)}]" if notes else ""))
+    else:
+        from .codegen_c import generate
+        from .executor import CFLAGS
+        src, kernels = generate(w, cand)
+        files["plan.c"] = src
+        lines.append(f"compile by hand: cc {' '.join(CFLAGS)} plan.c -o plan.so -lm")
+        lines.append("")
+        loop = {k.anchor for k in kernels}
+        for k in kernels:
+            lines.append(f"plan.c: {k.name}(void **args)  anchor {k.anchor}  "
+                         f"args ({', '.join(k.args)})")
+        for s in cand.schedules:
+            if s.anchor not in loop:
+                lines.append(f"{s.anchor}: library GEMM (NumPy matmul / BLAS)  "
+                             f"{w.op(s.anchor).text()}")
+    files["README.txt"] = "\n".join(lines) + "\n"
+    try:
+        for name, text in files.items():
+            tmp = folder / f".{name}.tmp"
+            tmp.write_text(text)
+            os.replace(tmp, folder / name)
+    except OSError as e:
+        raise CliError(f"--out {out}: cannot write ({e.strerror or e})") from None
+    typer.echo(f"wrote {len(files)} files to {folder} ({len(files) - 1} source"
+               f"{'s' if len(files) != 2 else ''} + README.txt)")
 
 
 def main() -> None:

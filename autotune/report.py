@@ -10,16 +10,21 @@ from search_spaces.candidate import Candidate
 from .environment import detect
 
 
-def _named_times(db: PlanDB, plan_key: str) -> dict[str, float]:
-    """Best measured time of each named plan under a key (unfused, greedy, heuristic)."""
-    out: dict[str, float] = {}
+def _named_times(db: PlanDB, plan_key: str) -> tuple[dict[str, float], dict[str, float]]:
+    """Best measured time of each named plan under a key (unfused, greedy, heuristic), and
+    the predicted time of those never measured (pruned: greedy at full size, typically)."""
+    measured: dict[str, float] = {}
+    predicted: dict[str, float] = {}
     for row in db.trials(plan_key):
-        if row["status"] != "ok":
-            continue
         name = json.loads(row["candidate_json"]).get("name", "")
-        if name and (name not in out or row["measured_s"] < out[name]):
-            out[name] = row["measured_s"]
-    return out
+        if not name:
+            continue
+        if row["status"] == "ok":
+            if name not in measured or row["measured_s"] < measured[name]:
+                measured[name] = row["measured_s"]
+        elif row["predicted_s"] is not None:
+            predicted[name] = row["predicted_s"]
+    return measured, {k: v for k, v in predicted.items() if k not in measured}
 
 
 def plan_summary(cand: Candidate) -> str:
@@ -46,7 +51,7 @@ def best_report(db: PlanDB, workload_hash: str | None = None) -> list[dict]:
             if device.get("kind") == "cpu":
                 current = PlanKey.for_env(r["workload_hash"], cpu)
             reasons = stale_reasons(r, current) if current else []
-            named = _named_times(db, r["plan_key"])
+            named, named_pred = _named_times(db, r["plan_key"])
             wl = db.workload(r["workload_hash"]) or {}
             dims = json.loads(wl.get("canonical_json", "{}")).get("dims", {})
             cand = Candidate.from_json(r["candidate_json"])
@@ -56,7 +61,8 @@ def best_report(db: PlanDB, workload_hash: str | None = None) -> list[dict]:
                 "predicted_s": r["predicted_s"], "study": r["study"],
                 "trial_number": r["trial_number"], "updated": r["updated"],
                 "speedup": {n: t / r["measured_s"] for n, t in named.items()},
-                "named_s": named, "trials": db.trial_counts(r["plan_key"]),
+                "named_s": named, "named_predicted_s": named_pred,
+                "trials": db.trial_counts(r["plan_key"]),
                 "stale": ("stale: " + ", ".join(reasons) + " changed") if reasons else "",
                 "plan": plan_summary(cand), "candidate": cand.to_dict()})
         return out

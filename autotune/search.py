@@ -1,7 +1,7 @@
 """The search: Optuna ask/tell over the space, the cost model as a filter, every trial persisted.
 
 Order of trials: the named plans (unfused, heuristic, greedy), then the candidates the cost model
-ranks best among a few thousand drawn at random, then the sampler.  A candidate predicted more
+ranks best (coordinate descent from the named plans, plus random draws), then the sampler.  A candidate predicted more
 than ``prune_factor`` times slower than the prediction for the best measured candidate is recorded
 as pruned without running (the model's ratios are trusted, not its absolute seconds).  Each
 finished trial is written to the database at once; a rerun of the same search replays them into
@@ -42,7 +42,8 @@ class SearchConfig:
     timeout_factor: float = 10.0     # a run may take this many times the best so far
     min_timeout_s: float = 30.0
     model_seeds: int = 12            # model-ranked candidates enqueued after the named plans
-    model_pool: int = 1500           # random candidates the model ranks for them
+    model_pool: int = 300            # random candidates the model also ranks for them
+    climb_rounds: int = 3            # coordinate-descent rounds of the model from named plans
 
 
 @dataclass
@@ -181,14 +182,49 @@ def search(w: Workload, space: SearchSpace, backend, db: PlanDB, key: PlanKey, d
 
 
 def _model_favourites(w, space, dev, config: SearchConfig, seen: set[str]) -> list[Candidate]:
-    """The distinct candidates the cost model ranks fastest among random draws."""
-    rng = np.random.default_rng(config.seed)
-    scored = []
-    for _ in range(config.model_pool):
-        c = space.random(rng)
-        if c.key in seen:
+    """Candidates the cost model ranks fastest, found by coordinate descent in parameter
+    space from the heuristic and unfused plans (one parameter changed at a time, best
+    improvement kept), plus a few random draws for diversity."""
+    pool: dict[str, tuple[float, Candidate]] = {}
+
+    def build(params: dict) -> tuple[Candidate, dict, dict]:
+        asked: dict = {}
+        used: dict = {}
+
+        def choose(name, opts):
+            opts = list(opts)
+            asked[name] = opts
+            val = params.get(name)
+            if val not in opts:
+                val = opts[len(opts) // 2] if name.startswith("tile:") else opts[0]
+            used[name] = val
+            return val
+        return space.build(choose), used, asked
+
+    def score(c: Candidate) -> float:
+        if c.key not in pool:
+            pool[c.key] = (estimate(w, c, dev).total_s, c)
+        return pool[c.key][0]
+
+    for start in ("heuristic", "unfused"):
+        params = params_of(space, named_plan(space, start))
+        if params is None:
             continue
-        seen.add(c.key)
-        scored.append((estimate(w, c, dev).total_s, c))
-    scored.sort(key=lambda x: x[0])
-    return [c for _, c in scored[: config.model_seeds]]
+        cand, params, opts = build(params)
+        best = score(cand)
+        for _ in range(config.climb_rounds):
+            improved = False
+            for name in sorted(opts):
+                for o in opts.get(name, []):
+                    if o == params.get(name):
+                        continue
+                    c, p2, o2 = build({**params, name: o})
+                    if score(c) < best * (1 - 1e-6):
+                        best, params, opts, improved = score(c), p2, o2, True
+            if not improved:
+                break
+    rng = np.random.default_rng(config.seed)
+    for _ in range(config.model_pool):
+        score(space.random(rng))
+    ranked = sorted((v for k, v in pool.items() if k not in seen), key=lambda x: x[0])
+    return [c for _, c in ranked[: config.model_seeds]]

@@ -97,10 +97,10 @@ def _measure_one(w, cand, inputs, ref, settings: MeasureSettings, best_s, spec, 
 
 
 def worker_main(conn, spec: WorkerSpec, make_plan_path: str) -> None:
-    module, _, attr = make_plan_path.partition(":")
-    import importlib
-    make_plan = getattr(importlib.import_module(module), attr)
     try:
+        import importlib
+        module, _, attr = make_plan_path.partition(":")
+        make_plan = getattr(importlib.import_module(module), attr)
         _serve(conn, spec, make_plan)
     except EOFError:
         return
@@ -122,8 +122,9 @@ class WorkerHandle:
     def _start(self) -> str | None:
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
-        self.proc = ctx.Process(target=worker_main, args=(child, self.spec, self.path), daemon=True)
-        self.proc.start()
+        proc = ctx.Process(target=worker_main, args=(child, self.spec, self.path), daemon=True)
+        proc.start()
+        self.proc = proc      # only a started process: kill() joins it
         child.close()
         self.conn = parent
         if not parent.poll(self.start_timeout_s):

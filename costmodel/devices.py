@@ -26,6 +26,7 @@ class DeviceSpec:
     transcendental_flops: float = 8.0   # flop-equivalents of one exp/log/rsqrt/sigmoid/tanh
     vector_width: int = 1      # SIMD lanes a generated loop needs to reach loop_flops (CPU)
     tile_overhead_s: float = 0.0   # per tile and member: scheduling and loop set-up
+    tile_cache_bytes: float = 512e3  # private cache one tile works in (L2 per core; smem per SM)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -72,20 +72,23 @@ def _library_group(w, g: Group, layout_of, dev: DeviceSpec, item: int) -> GroupC
     flops = 2.0 * b_ * m * n * k
     # BLAS reaches its large-shape rate only when the matrix dims fill its register blocks
     eff = min(1.0, m / SMALL_GEMM) * min(1.0, n / SMALL_GEMM) * min(1.0, k / SMALL_GEMM) ** 0.5
-    bytes_ = 0.0
+    bytes_ = copy_bytes = 0.0
     ga, gb, go = operand_groups(form)
     for tensor, idx, grp in ((form.a.tensor, form.a.idx, ga), (form.b.tensor, form.b.idx, gb),
                              (op.out, op.parallel, go)):
         nbytes = math.prod(w.shapes[tensor]) * item
         bytes_ += nbytes
         if not as_matrix_view(idx, w.shapes[tensor], layout_of(tensor), grp):
-            # NumPy/CuPy first copy the operand into a BLAS-able layout: a transposing copy,
-            # which walks one side with a stride and so moves whole lines for single elements
-            bytes_ += 2 * nbytes * TRANSPOSE_WASTE
+            # NumPy/CuPy first copy the operand into a BLAS-able layout (or the result out of
+            # one): a separate transposing pass, not overlapped with the GEMM, which walks one
+            # side with a stride and so moves whole lines for single elements
+            copy_bytes += 2 * nbytes * TRANSPOSE_WASTE
     t, bound = _roofline(flops, dev.gemm_flops * max(eff, 0.05), bytes_, dev, 1)
+    t += copy_bytes / dev.bandwidth
     return GroupCost(ops=(op.out,), anchor=op.out, impl=IMPL_LIBRARY, tiles=(),
                      predicted_s=t, flops=flops, recomputed_flops=0.0, transcendentals=0.0,
-                     bytes=bytes_, unique_bytes=bytes_, launches=1, bound=bound, fused=())
+                     bytes=bytes_ + copy_bytes, unique_bytes=bytes_, launches=1, bound=bound,
+                     fused=())
 
 
 def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int) -> GroupCost:
@@ -138,8 +141,13 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
                 pos = op.domain.index(i)
                 ext.append(shp[pos] if pos < len(op.parallel) else op.extent(i))
             box = math.prod(ext)
-            per_run = box * item * n_tiles * line_waste(w.shapes[acc.tensor],
-                                                        layout_of(acc.tensor), ext)
+            waste = line_waste(w.shapes[acc.tensor], layout_of(acc.tensor), ext)
+            st = dict(zip(acc.idx, strides(w.shapes[acc.tensor], layout_of(acc.tensor))))
+            # a strided innermost walk re-uses each line only if the tile's box stays in the
+            # core's private cache until the neighbouring elements are visited
+            if st.get(inner, 1) != 1 and box * item > dev.tile_cache_bytes:
+                waste = max(waste, float(min(st[inner], LINE_ELEMS)))
+            per_run = box * item * n_tiles * waste
             # tensors that fit in cache are read from DRAM once, however often tiles touch them
             if tensor_bytes <= dev.cache_bytes / 2:
                 moved += tensor_bytes if first_read else 0.0
@@ -149,7 +157,14 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
         if mp.op in mats:
             wbytes = math.prod(shp) * item * n_tiles if mp.op != g.anchor else op.out_size * item
             if op.out_size * item > dev.cache_bytes:
-                wbytes *= line_waste(op.out_shape, layout_of(mp.op), shp)
+                waste = line_waste(op.out_shape, layout_of(mp.op), shp)
+                ost = strides(op.out_shape, layout_of(mp.op))
+                inner_par = [i for i in mp.order if i in op.parallel]
+                if inner_par and math.prod(shp) * item > dev.tile_cache_bytes:
+                    s_in = ost[op.parallel.index(inner_par[-1])]
+                    if s_in != 1:
+                        waste = max(waste, float(min(s_in, LINE_ELEMS)))
+                wbytes *= waste
             moved += wbytes
             unique += op.out_size * item
     # fewer tiles than cores/SMs leaves part of the device idle
