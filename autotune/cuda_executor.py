@@ -1,0 +1,539 @@
+"""Runs a candidate on an NVIDIA GPU: generated loop-group kernels (NVRTC through CuPy) and
+library contractions through cuBLAS, in the candidate's layouts.
+
+``CudaPlan(w, cand, cache_dir)`` has the call contract of :class:`autotune.executor.CompiledPlan`:
+``plan(**inputs) -> {output: numpy array}`` (inputs may also be CuPy arrays already on the
+device).  It synchronizes the device before returning, so a caller's ``perf_counter`` around a
+call measures the whole run (host transfers included); :meth:`CudaPlan.timed_call` times the
+device work alone with CUDA events (inputs uploaded once, warm-up, median of repeats).
+
+Materialized intermediates and the outputs live in device buffers allocated once per plan,
+each stored in the candidate's layout (``storage = logical.transpose(perm)``).  A library group
+is one ``cublasGemmStridedBatchedEx`` call on strided views of those buffers (no copies when
+the layouts allow a matrix view; otherwise the operand is copied to a contiguous one first), with
+TF32 tensor cores only when the workload's tolerance admits it (``rtol >= 1e-3``): the plan's
+``precision`` attribute says which ("fp32", "tf32" or "fp64").
+
+CuPy is imported lazily, inside :class:`CupyRuntime`.  :class:`HostEmulator` runs the same
+generated CUDA source on the CPU (compiled as C++ with a small header that maps the CUDA
+built-ins, a few threads per block with a real barrier for ``__syncthreads``) and the same
+cuBLAS argument lists through a NumPy model of ``gemmStridedBatched``: the tests check the
+backend's results against the reference without a GPU.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import math
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from search_spaces.candidate import IMPL_LIBRARY, Candidate
+from search_spaces.gemm import gemm_form
+from search_spaces.partition import groups, materialized
+from search_spaces.workload import Workload
+
+from .codegen_cuda import CudaKernel, check_limits, generate_cuda
+
+TF32_RTOL = 1e-3           # a tolerance this loose admits TF32 tensor-core GEMMs
+NVRTC_OPTIONS = ("-std=c++17",)
+
+
+class CudaUnavailable(RuntimeError):
+    """CuPy or a usable GPU is missing."""
+
+
+def precision_of(w: Workload) -> str:
+    """"tf32" when the workload's tolerance admits TF32 GEMMs, else its own type."""
+    if w.dtype == "float64":
+        return "fp64"
+    return "tf32" if w.rtol >= TF32_RTOL else "fp32"
+
+
+# ---- cuBLAS argument lists ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class Mat:
+    """A batch of matrices in a flat buffer: extents and element strides."""
+    rows: int
+    cols: int
+    sr: int       # row stride
+    sc: int       # column stride
+    sb: int       # batch stride
+
+
+@dataclass(frozen=True)
+class GemmCall:
+    """One ``cublasGemmStridedBatchedEx`` (column-major): ``C = alpha op(X) op(Y)`` where X, Y are
+    the operands named by ``first``/``second`` ("A" or "B" of ``out = A @ B``)."""
+    first: str
+    second: str
+    transa: str          # "N" | "T"
+    transb: str
+    m: int
+    n: int
+    k: int
+    lda: int
+    ldb: int
+    ldc: int
+    stride_a: int
+    stride_b: int
+    stride_c: int
+    batch: int
+
+
+def _colmajor_ld(r: int, c: int, sr: int, sc: int) -> int | None:
+    """The leading dimension if an r x c matrix with these strides is column-major, else None."""
+    if r == 1 or sr == 1:
+        ld = sc if c > 1 else max(1, r)
+        if ld >= max(1, r):
+            return ld
+    return None
+
+
+def _op(r: int, c: int, sr: int, sc: int) -> tuple[str, int] | None:
+    """How cuBLAS reads an r x c matrix: ("N", ld) column-major, ("T", ld) the transpose of a
+    column-major c x r, or None (neither: copy it first)."""
+    ld = _colmajor_ld(r, c, sr, sc)
+    if ld is not None:
+        return "N", ld
+    ld = _colmajor_ld(c, r, sc, sr)
+    if ld is not None:
+        return "T", ld
+    return None
+
+
+def plan_gemm(a: Mat, b: Mat, c: Mat, batch: int) -> GemmCall | str:
+    """cuBLAS arguments for ``c = a @ b`` (batched), or which of "A", "B", "C" must be copied
+    to a contiguous buffer first."""
+    M, K, N = a.rows, a.cols, b.cols
+    row_major_out = c.sc == 1 and c.cols > 1
+    attempts = ("T", "N") if row_major_out else ("N", "T")
+    for form in attempts:
+        if form == "N":            # C (M x N) column-major = op(A) op(B)
+            ldc = _colmajor_ld(M, N, c.sr, c.sc)
+            if ldc is None:
+                continue
+            x, y = _op(M, K, a.sr, a.sc), _op(K, N, b.sr, b.sc)
+            if x is None:
+                return "A"
+            if y is None:
+                return "B"
+            return GemmCall("A", "B", x[0], y[0], M, N, K, x[1], y[1], ldc, a.sb, b.sb, c.sb,
+                            batch)
+        ldc = _colmajor_ld(N, M, c.sc, c.sr)   # C^T (N x M) column-major = B^T A^T
+        if ldc is None:
+            continue
+        x, y = _op(N, K, b.sc, b.sr), _op(K, M, a.sc, a.sr)
+        if x is None:
+            return "B"
+        if y is None:
+            return "A"
+        return GemmCall("B", "A", x[0], y[0], N, M, K, x[1], y[1], ldc, b.sb, a.sb, c.sb, batch)
+    return "C"
+
+
+def emulate_gemm(call: GemmCall, x: np.ndarray, y: np.ndarray, c: np.ndarray,
+                 alpha: float) -> None:
+    """What cuBLAS does with ``call`` on flat buffers ``x`` (first), ``y`` (second), ``c``:
+    a NumPy model used to test the argument lists without a GPU."""
+    def read(buf, trans, rows, cols, ld, stride):
+        # op(X) is rows x cols; stored column-major as rows x cols (N) or cols x rows (T)
+        i = np.arange(rows)[:, None]
+        j = np.arange(cols)[None, :]
+        off = i + j * ld if trans == "N" else j + i * ld
+        return np.stack([buf[bi * stride + off] for bi in range(call.batch)])
+    flat_of = lambda a: np.lib.stride_tricks.as_strided(a, shape=(a.size,),
+                                                         strides=(a.itemsize,))
+    x, y, c = flat_of(x), flat_of(y), flat_of(c)
+    X = read(x, call.transa, call.m, call.k, call.lda, call.stride_a)
+    Y = read(y, call.transb, call.k, call.n, call.ldb, call.stride_b)
+    R = alpha * np.matmul(X.astype(np.float64), Y.astype(np.float64))
+    flat = c
+    i = np.arange(call.m)[:, None]
+    j = np.arange(call.n)[None, :]
+    for bi in range(call.batch):
+        flat[bi * call.stride_c + i + j * call.ldc] = R[bi]
+
+
+def _mat3(arr, idx: tuple[str, ...], groups3) -> tuple[Mat, int] | None:
+    """``arr`` (logical order ``idx``) seen as (batch, rows, cols) without a copy: its Mat and
+    batch count, or None when its storage does not nest the groups' indices."""
+    item = arr.itemsize
+    st = {i: s // item for i, s in zip(idx, arr.strides)}
+    ext = dict(zip(idx, arr.shape))
+    sizes, gstrides = [], []
+    for g in groups3:
+        live = [i for i in g if ext[i] > 1]
+        for x, y in zip(live, live[1:]):
+            if st[x] != st[y] * ext[y]:
+                return None
+        sizes.append(math.prod(ext[i] for i in g))
+        gstrides.append(st[live[-1]] if live else 0)
+    return Mat(sizes[1], sizes[2], gstrides[1], gstrides[2], gstrides[0]), sizes[0]
+
+
+# ---- runtimes ----------------------------------------------------------------------------------
+class CupyRuntime:
+    """The GPU: CuPy arrays, NVRTC kernels, cuBLAS."""
+
+    def __init__(self):
+        try:
+            import cupy
+        except Exception as e:
+            raise CudaUnavailable(f"CuPy is not importable ({type(e).__name__}: {e}); "
+                                  f"install cupy-cuda12x or cupy-cuda13x") from None
+        try:
+            dev = cupy.cuda.Device()
+            attrs = dev.attributes
+            self.cc = dev.compute_capability
+        except Exception as e:
+            raise CudaUnavailable(f"no usable CUDA device: {str(e).splitlines()[0]}") from None
+        self.cupy = cupy
+        self.xp = cupy
+        self.smem_limit = int(attrs.get("MaxSharedMemoryPerBlockOptin",
+                                        attrs.get("MaxSharedMemoryPerBlock", 48 * 1024)))
+        self.device_name = f"sm_{self.cc}"
+        self.ndarray = cupy.ndarray
+
+    def compile(self, source: str, kernels: list[CudaKernel], cache_dir: Path) -> dict:
+        mod = self.cupy.RawModule(code=source, options=NVRTC_OPTIONS)
+        fns = {}
+        for k in kernels:
+            fn = mod.get_function(k.name)
+            if k.needs_opt_in:
+                fn.max_dynamic_shared_size_bytes = k.smem_bytes
+            fns[k.name] = fn
+        return fns
+
+    def attributes(self, fn) -> dict:
+        out = {}
+        for a in ("num_regs", "local_size_bytes", "shared_size_bytes", "max_threads_per_block"):
+            try:
+                out[a] = int(getattr(fn, a))
+            except Exception:
+                pass
+        return out
+
+    def launch(self, fn, k: CudaKernel, args: list) -> None:
+        fn((k.grid,), (k.block,), tuple(args), shared_mem=k.smem_bytes)
+
+    def gemm(self, call: GemmCall, x, y, c, alpha: float, precision: str) -> None:
+        from cupy_backends.cuda.api import runtime as rt
+        from cupy_backends.cuda.libs import cublas
+        double = c.dtype == np.float64
+        dtype = rt.CUDA_R_64F if double else rt.CUDA_R_32F
+        compute = (cublas.CUBLAS_COMPUTE_64F if double else
+                   cublas.CUBLAS_COMPUTE_32F_FAST_TF32 if precision == "tf32" else
+                   cublas.CUBLAS_COMPUTE_32F)
+        one = np.array(alpha, dtype=c.dtype)
+        zero = np.array(0.0, dtype=c.dtype)
+        op = {"N": cublas.CUBLAS_OP_N, "T": cublas.CUBLAS_OP_T}
+        handle = self.cupy.cuda.device.get_cublas_handle()
+        cublas.gemmStridedBatchedEx(
+            handle, op[call.transa], op[call.transb], call.m, call.n, call.k,
+            one.ctypes.data, x.data.ptr, dtype, call.lda, call.stride_a,
+            y.data.ptr, dtype, call.ldb, call.stride_b,
+            zero.ctypes.data, c.data.ptr, dtype, call.ldc, call.stride_c,
+            call.batch, compute, cublas.CUBLAS_GEMM_DEFAULT)
+
+    def to_device(self, a):
+        return a if isinstance(a, self.cupy.ndarray) else self.cupy.asarray(a)
+
+    def to_host(self, a) -> np.ndarray:
+        return self.cupy.asnumpy(a)
+
+    def synchronize(self) -> None:
+        self.cupy.cuda.Device().synchronize()
+
+    def timer(self):
+        cupy = self.cupy
+
+        class _Events:
+            def __enter__(s):
+                s.start, s.end = cupy.cuda.Event(), cupy.cuda.Event()
+                s.start.record()
+                return s
+
+            def __exit__(s, *exc):
+                s.end.record()
+                s.end.synchronize()
+                s.seconds = cupy.cuda.get_elapsed_time(s.start, s.end) / 1e3
+        return _Events()
+
+
+EMU_HEADER = r"""// CUDA built-ins for running generated kernels on the host (autotune.cuda_executor)
+#include <math.h>
+#include <string.h>
+#include <pthread.h>
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __shared__
+#define __launch_bounds__(...)
+#define __align__(n)
+#define __restrict__ __restrict
+struct at_dim3 { unsigned x, y, z; };
+static __thread at_dim3 threadIdx, blockIdx;
+static at_dim3 blockDim, gridDim;
+static pthread_barrier_t at_bar;
+static inline void __syncthreads() { pthread_barrier_wait(&at_bar); }
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+static inline float __int_as_float(unsigned int i) { float f; memcpy(&f, &i, 4); return f; }
+static inline double __longlong_as_double(unsigned long long i) {
+  double d; memcpy(&d, &i, 8); return d; }
+#define AT_SMEM_BYTES (1L << 24)
+alignas(16) float smem_f32[AT_SMEM_BYTES / 4];
+alignas(16) double smem_f64[AT_SMEM_BYTES / 8];
+struct at_job { void (*body)(void**); void** args; long grid; unsigned tid; };
+static void* at_thread(void* p) {
+  at_job* j = (at_job*)p;
+  threadIdx.x = j->tid; threadIdx.y = threadIdx.z = 0;
+  for (long b = 0; b < j->grid; ++b) {
+    blockIdx.x = (unsigned)b; blockIdx.y = blockIdx.z = 0;
+    j->body(j->args);
+    pthread_barrier_wait(&at_bar);   // the next block reuses shared memory
+  }
+  return 0;
+}
+static void at_run(long grid, int nt, void (*body)(void**), void** args) {
+  blockDim.x = (unsigned)nt; blockDim.y = blockDim.z = 1;
+  gridDim.x = (unsigned)grid; gridDim.y = gridDim.z = 1;
+  pthread_barrier_init(&at_bar, 0, (unsigned)nt);
+  pthread_t th[1024]; at_job jobs[1024];
+  for (int t = 0; t < nt; ++t) {
+    jobs[t].body = body; jobs[t].args = args; jobs[t].grid = grid; jobs[t].tid = (unsigned)t;
+    pthread_create(&th[t], 0, at_thread, &jobs[t]);
+  }
+  for (int t = 0; t < nt; ++t) pthread_join(th[t], 0);
+  pthread_barrier_destroy(&at_bar);
+}
+"""
+EMU_SMEM_BYTES = 1 << 24
+
+
+class HostEmulator:
+    """Runs the CUDA backend on the CPU for tests: the generated source compiled as C++ (g++),
+    ``threads`` threads per block with a barrier, blocks one after another; GEMMs through
+    :func:`emulate_gemm` on the same cuBLAS argument lists the GPU gets."""
+
+    def __init__(self, threads: int = 4, smem_limit: int = 227 * 1024, cxx: str = "g++"):
+        self.threads, self.smem_limit, self.cxx = threads, smem_limit, cxx
+        self.xp = np
+        self.device_name = "host emulation"
+        self.ndarray = np.ndarray
+        self.gemm_calls: list[GemmCall] = []
+        self._dlls: list = []
+
+    def compile(self, source: str, kernels: list[CudaKernel], cache_dir: Path) -> dict:
+        wrappers = []
+        for k in kernels:
+            casts = ", ".join(f"({'const ' if t not in k.writes else ''}{k.ctype}*)a[{n}]"
+                              for n, t in enumerate(k.args))
+            wrappers.append(f"static void at_body_{k.name}(void** a) {{ {k.name}({casts}); }}\n"
+                            f'extern "C" void at_launch_{k.name}(void** a, long grid, int nt) '
+                            f"{{ at_run(grid, nt, at_body_{k.name}, a); }}")
+        src = EMU_HEADER + source + "\n" + "\n".join(wrappers) + "\n"
+        flags = ["-std=c++17", "-O1", "-fPIC", "-shared", "-pthread", "-w"]
+        digest = hashlib.sha256((src + " ".join(flags)).encode()).hexdigest()[:24]
+        cache_dir = Path(cache_dir)
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        lib = cache_dir / f"emu_{digest}.so"
+        if not lib.exists():
+            with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
+                cpp = Path(tmp) / "k.cpp"
+                cpp.write_text(src)
+                out = Path(tmp) / "k.so"
+                proc = subprocess.run([self.cxx, *flags, str(cpp), "-o", str(out)],
+                                      capture_output=True, text=True)
+                if proc.returncode != 0:
+                    raise RuntimeError(f"{self.cxx} failed on the emulated kernels:\n"
+                                       f"{proc.stderr[:3000]}")
+                os.replace(out, lib)
+        dll = ctypes.CDLL(str(lib))
+        fns = {}
+        for k in kernels:
+            f = getattr(dll, f"at_launch_{k.name}")
+            f.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_long, ctypes.c_int]
+            f.restype = None
+            fns[k.name] = f
+        self._dlls.append(dll)      # keep the library loaded while its functions are used
+        return fns
+
+    def attributes(self, fn) -> dict:
+        return {}
+
+    def launch(self, fn, k: CudaKernel, args: list) -> None:
+        assert k.smem_bytes <= EMU_SMEM_BYTES
+        for a in args:
+            assert a.flags.c_contiguous
+        ptrs = (ctypes.c_void_p * len(args))(*[a.ctypes.data for a in args])
+        fn(ptrs, k.grid, min(self.threads, k.block))
+
+    def gemm(self, call: GemmCall, x, y, c, alpha: float, precision: str) -> None:
+        self.gemm_calls.append(call)
+        emulate_gemm(call, x, y, c, alpha)
+
+    def to_device(self, a):
+        return a
+
+    def to_host(self, a) -> np.ndarray:
+        return np.array(a)
+
+    def synchronize(self) -> None:
+        pass
+
+    def timer(self):
+        class _Clock:
+            def __enter__(s):
+                s.t0 = time.perf_counter()
+                return s
+
+            def __exit__(s, *exc):
+                s.seconds = time.perf_counter() - s.t0
+        return _Clock()
+
+
+# ---- the plan ------------------------------------------------------------------------------------
+class CudaPlan:
+    """An executable candidate on the GPU: ``plan(**inputs) -> {output: numpy array}``.
+
+    Raises :class:`autotune.codegen_cuda.TileTooLarge` before compiling anything when a kernel's
+    footprints exceed the device's shared memory per block, and :class:`CudaUnavailable`
+    without CuPy or a device.
+    """
+
+    def __init__(self, w: Workload, cand: Candidate, cache_dir: Path, runtime=None,
+                 block: int = 256):
+        self.w, self.cand = w, cand
+        self.rt = runtime if runtime is not None else CupyRuntime()
+        self.dtype = np.dtype(w.dtype)
+        self.precision = precision_of(w)
+        src, kernels = generate_cuda(w, cand, block=block)
+        check_limits(kernels, self.rt.smem_limit, self.rt.device_name)
+        self.source = src
+        self.kernels = {k.anchor: k for k in kernels}
+        self.fns = self.rt.compile(src, kernels, Path(cache_dir)) if kernels else {}
+        self.kernel_attrs = {k.name: self.rt.attributes(self.fns[k.name]) for k in kernels}
+        self.groups = groups(w, cand.fused_pairs)
+        mats = materialized(w, cand.fused_pairs)
+        xp = self.rt.xp
+        self.storage: dict[str, object] = {}
+        self.logical: dict[str, object] = {}
+        for t in sorted(mats | set(w.outputs)):
+            shape = w.shapes[t]
+            perm = cand.layout(t, len(shape))
+            store = xp.empty([shape[d] for d in perm], dtype=self.dtype)
+            self.storage[t] = store
+            self.logical[t] = store.transpose(tuple(int(p) for p in np.argsort(perm)))
+        self._gemm_plans: dict[str, tuple] = {}
+
+    # ---- running ---------------------------------------------------------------------------
+    def run_device(self, **inputs) -> dict:
+        """Run on device-resident (or host) inputs; returns the plan's device output buffers
+        (overwritten by the next run) without synchronizing."""
+        w, rt = self.w, self.rt
+        storage = dict(self.storage)
+        env = dict(self.logical)
+        for n, shp in w.inputs:
+            if n not in inputs:
+                raise ValueError(f"missing input {n!r}")
+            a = inputs[n]
+            if isinstance(a, np.ndarray) or not isinstance(a, rt.ndarray):
+                a = np.ascontiguousarray(a, dtype=self.dtype)
+            a = rt.to_device(a)
+            if tuple(a.shape) != tuple(shp):
+                raise ValueError(f"input {n!r} has shape {tuple(a.shape)}, expected {shp}")
+            if a.dtype != self.dtype or not a.flags.c_contiguous:
+                a = rt.xp.ascontiguousarray(a, dtype=self.dtype)
+            env[n] = storage[n] = a
+        for g in self.groups:
+            if self.cand.schedule(g.anchor).impl == IMPL_LIBRARY:
+                self._gemm(g.anchor, env)
+            else:
+                k = self.kernels[g.anchor]
+                rt.launch(self.fns[k.name], k, [storage[t] for t in k.args])
+        return {o: self.logical[o] for o in w.outputs}
+
+    def __call__(self, **inputs) -> dict[str, np.ndarray]:
+        outs = self.run_device(**inputs)
+        host = {o: self.rt.to_host(a) for o, a in outs.items()}
+        self.rt.synchronize()
+        return host
+
+    def timed_call(self, inputs: dict, warmup: int = 1, repeats: int = 3
+                   ) -> tuple[dict[str, np.ndarray], list[float]]:
+        """(outputs of the first run, device times of ``repeats`` runs in seconds): inputs are
+        uploaded once, each run is timed with CUDA events after ``warmup`` untimed runs."""
+        dev = {n: self.rt.to_device(np.ascontiguousarray(inputs[n], dtype=self.dtype))
+               for n in self.w.input_names}
+        outs = {o: self.rt.to_host(a) for o, a in self.run_device(**dev).items()}
+        for _ in range(warmup):
+            self.run_device(**dev)
+        times = []
+        for _ in range(repeats):
+            with self.rt.timer() as t:
+                self.run_device(**dev)
+            times.append(t.seconds)
+        self.rt.synchronize()
+        return outs, times
+
+    def median_time(self, inputs: dict, warmup: int = 1, repeats: int = 3) -> float:
+        return statistics.median(self.timed_call(inputs, warmup, repeats)[1])
+
+    # ---- library GEMMs ---------------------------------------------------------------------
+    def _gemm(self, name: str, env) -> None:
+        xp = self.rt.xp
+        op = self.w.op(name)
+        f = gemm_form(op)
+        ga, gb, go = (f.batch, f.m, f.k), (f.batch, f.k, f.n), (f.batch, f.m, f.n)
+        A, B, O = env[f.a.tensor], env[f.b.tensor], env[name]
+
+        def contiguous(arr, idx, grp):
+            order = [idx.index(i) for g in grp for i in g]
+            sizes = [math.prod(arr.shape[idx.index(i)] for i in g) for g in grp]
+            return xp.ascontiguousarray(arr.transpose(order)).reshape(sizes)
+
+        def desc(arr, idx, grp):
+            got = _mat3(arr, idx, grp)
+            return got[0] if got else None
+
+        da, db, dc = desc(A, f.a.idx, ga), desc(B, f.b.idx, gb), desc(O, op.parallel, go)
+        batch = math.prod(op.extent(i) for i in f.batch)
+        a_buf, b_buf, c_buf = A, B, O
+        tmp_out = None
+        for _ in range(4):
+            call = plan_gemm(da, db, dc, batch) if None not in (da, db, dc) else \
+                ("A" if da is None else "B" if db is None else "C")
+            if isinstance(call, GemmCall):
+                break
+            if call == "A":
+                a_buf = contiguous(A, f.a.idx, ga)
+                da = Mat(a_buf.shape[1], a_buf.shape[2], a_buf.shape[2], 1,
+                         a_buf.shape[1] * a_buf.shape[2] if batch > 1 else 0)
+            elif call == "B":
+                b_buf = contiguous(B, f.b.idx, gb)
+                db = Mat(b_buf.shape[1], b_buf.shape[2], b_buf.shape[2], 1,
+                         b_buf.shape[1] * b_buf.shape[2] if batch > 1 else 0)
+            else:
+                m_, n_ = math.prod(op.extent(i) for i in f.m), math.prod(op.extent(i) for i in f.n)
+                tmp_out = c_buf = xp.empty((batch, m_, n_), dtype=self.dtype)
+                dc = Mat(m_, n_, n_, 1, m_ * n_ if batch > 1 else 0)
+        else:
+            raise RuntimeError(f"no cuBLAS argument list for {name}")
+        bufs = {"A": a_buf, "B": b_buf}
+        # every array here starts at its buffer's first element (transposes of storage, or
+        # fresh contiguous copies): its data pointer is the buffer's
+        self.rt.gemm(call, bufs[call.first], bufs[call.second], c_buf, f.scale, self.precision)
+        if tmp_out is not None:
+            order = [op.parallel.index(i) for g in go for i in g]
+            t = O.transpose(order)
+            t[...] = tmp_out.reshape(t.shape)
+
