@@ -40,6 +40,8 @@ from search_spaces.gemm import gemm_form
 from search_spaces.partition import groups, materialized
 from search_spaces.workload import Workload
 
+from costmodel.cuda_limits import SHARED_OPTIN_BY_ARCH
+
 from .codegen_cuda import CudaKernel, check_limits, generate_cuda
 
 TF32_RTOL = 1e-3           # a tolerance this loose admits TF32 tensor-core GEMMs
@@ -139,27 +141,29 @@ def plan_gemm(a: Mat, b: Mat, c: Mat, batch: int) -> GemmCall | str:
     return "C"
 
 
+def gemm_views(xp, call: GemmCall, x, y, c):
+    """``(op(X), op(Y), C)`` of ``call`` as (batch, rows, cols) strided views of the flat
+    buffers ``x``, ``y``, ``c`` (NumPy or CuPy, chosen by ``xp``): column-major, as cuBLAS
+    reads them."""
+    st = xp.lib.stride_tricks.as_strided
+    item = c.itemsize
+
+    def view(buf, trans, rows, cols, ld, stride):
+        flat = st(buf, shape=(buf.size,), strides=(item,))
+        steps = (1, ld) if trans == "N" else (ld, 1)
+        return st(flat, shape=(call.batch, rows, cols),
+                  strides=(stride * item, steps[0] * item, steps[1] * item))
+    return (view(x, call.transa, call.m, call.k, call.lda, call.stride_a),
+            view(y, call.transb, call.k, call.n, call.ldb, call.stride_b),
+            view(c, "N", call.m, call.n, call.ldc, call.stride_c))
+
+
 def emulate_gemm(call: GemmCall, x: np.ndarray, y: np.ndarray, c: np.ndarray,
                  alpha: float) -> None:
     """What cuBLAS does with ``call`` on flat buffers ``x`` (first), ``y`` (second), ``c``:
     a NumPy model used to test the argument lists without a GPU."""
-    def read(buf, trans, rows, cols, ld, stride):
-        # op(X) is rows x cols; stored column-major as rows x cols (N) or cols x rows (T)
-        i = np.arange(rows)[:, None]
-        j = np.arange(cols)[None, :]
-        off = i + j * ld if trans == "N" else j + i * ld
-        return np.stack([buf[bi * stride + off] for bi in range(call.batch)])
-    flat_of = lambda a: np.lib.stride_tricks.as_strided(a, shape=(a.size,),
-                                                         strides=(a.itemsize,))
-    x, y, c = flat_of(x), flat_of(y), flat_of(c)
-    X = read(x, call.transa, call.m, call.k, call.lda, call.stride_a)
-    Y = read(y, call.transb, call.k, call.n, call.ldb, call.stride_b)
-    R = alpha * np.matmul(X.astype(np.float64), Y.astype(np.float64))
-    flat = c
-    i = np.arange(call.m)[:, None]
-    j = np.arange(call.n)[None, :]
-    for bi in range(call.batch):
-        flat[bi * call.stride_c + i + j * call.ldc] = R[bi]
+    X, Y, C = gemm_views(np, call, x, y, c)
+    C[...] = alpha * np.matmul(X.astype(np.float64), Y.astype(np.float64))
 
 
 def _mat3(arr, idx: tuple[str, ...], groups3) -> tuple[Mat, int] | None:
@@ -191,14 +195,15 @@ class CupyRuntime:
                                   f"install cupy-cuda12x or cupy-cuda13x") from None
         try:
             dev = cupy.cuda.Device()
-            attrs = dev.attributes
             self.cc = dev.compute_capability
         except Exception as e:
             raise CudaUnavailable(f"no usable CUDA device: {str(e).splitlines()[0]}") from None
         self.cupy = cupy
         self.xp = cupy
-        self.smem_limit = int(attrs.get("MaxSharedMemoryPerBlockOptin",
-                                        attrs.get("MaxSharedMemoryPerBlock", 48 * 1024)))
+        try:     # cudaDevAttrMaxSharedMemoryPerBlockOptin
+            self.smem_limit = int(cupy.cuda.runtime.deviceGetAttribute(97, dev.id))
+        except Exception:
+            self.smem_limit = SHARED_OPTIN_BY_ARCH.get(f"sm_{self.cc}", 48 * 1024)
         self.device_name = f"sm_{self.cc}"
         self.ndarray = cupy.ndarray
 
@@ -234,14 +239,19 @@ class CupyRuntime:
                    cublas.CUBLAS_COMPUTE_32F)
         one = np.array(alpha, dtype=c.dtype)
         zero = np.array(0.0, dtype=c.dtype)
-        op = {"N": cublas.CUBLAS_OP_N, "T": cublas.CUBLAS_OP_T}
+        op = {"N": getattr(cublas, "CUBLAS_OP_N", 0), "T": getattr(cublas, "CUBLAS_OP_T", 1)}
         handle = self.cupy.cuda.device.get_cublas_handle()
-        cublas.gemmStridedBatchedEx(
+        fn = getattr(cublas, "gemmStridedBatchedEx", None)
+        if fn is None:       # a CuPy build without the binding: strided views and cupy.matmul
+            X, Y, C = gemm_views(self.cupy, call, x, y, c)
+            C[...] = alpha * self.cupy.matmul(X, Y)
+            return
+        fn(
             handle, op[call.transa], op[call.transb], call.m, call.n, call.k,
             one.ctypes.data, x.data.ptr, dtype, call.lda, call.stride_a,
             y.data.ptr, dtype, call.ldb, call.stride_b,
             zero.ctypes.data, c.data.ptr, dtype, call.ldc, call.stride_c,
-            call.batch, compute, cublas.CUBLAS_GEMM_DEFAULT)
+            call.batch, compute, getattr(cublas, "CUBLAS_GEMM_DEFAULT", -1))
 
     def to_device(self, a):
         return a if isinstance(a, self.cupy.ndarray) else self.cupy.asarray(a)
@@ -436,13 +446,11 @@ class CudaPlan:
         self._gemm_plans: dict[str, tuple] = {}
 
     # ---- running ---------------------------------------------------------------------------
-    def run_device(self, **inputs) -> dict:
-        """Run on device-resident (or host) inputs; returns the plan's device output buffers
-        (overwritten by the next run) without synchronizing."""
-        w, rt = self.w, self.rt
-        storage = dict(self.storage)
-        env = dict(self.logical)
-        for n, shp in w.inputs:
+    def upload(self, inputs: dict) -> dict:
+        """The inputs on the device, contiguous, in the workload's dtype (device arrays that
+        already are pass through)."""
+        rt, out = self.rt, {}
+        for n, shp in self.w.inputs:
             if n not in inputs:
                 raise ValueError(f"missing input {n!r}")
             a = inputs[n]
@@ -453,6 +461,16 @@ class CudaPlan:
                 raise ValueError(f"input {n!r} has shape {tuple(a.shape)}, expected {shp}")
             if a.dtype != self.dtype or not a.flags.c_contiguous:
                 a = rt.xp.ascontiguousarray(a, dtype=self.dtype)
+            out[n] = a
+        return out
+
+    def run_device(self, **inputs) -> dict:
+        """Run on device-resident (or host) inputs; returns the plan's device output buffers
+        (overwritten by the next run) without synchronizing."""
+        w, rt = self.w, self.rt
+        storage = dict(self.storage)
+        env = dict(self.logical)
+        for n, a in self.upload(inputs).items():
             env[n] = storage[n] = a
         for g in self.groups:
             if self.cand.schedule(g.anchor).impl == IMPL_LIBRARY:
@@ -472,8 +490,7 @@ class CudaPlan:
                    ) -> tuple[dict[str, np.ndarray], list[float]]:
         """(outputs of the first run, device times of ``repeats`` runs in seconds): inputs are
         uploaded once, each run is timed with CUDA events after ``warmup`` untimed runs."""
-        dev = {n: self.rt.to_device(np.ascontiguousarray(inputs[n], dtype=self.dtype))
-               for n in self.w.input_names}
+        dev = self.upload(inputs)
         outs = {o: self.rt.to_host(a) for o, a in self.run_device(**dev).items()}
         for _ in range(warmup):
             self.run_device(**dev)

@@ -129,6 +129,50 @@ def test_generated_cuda_compiles_with_nvcc(name, tmp_path):
         assert "p0_group_" in syms.stdout or n_kernels == 0
 
 
+def _libnvrtc():
+    """libnvrtc from the nvidia-cuda-nvrtc wheel or the system, loaded; None if absent."""
+    import ctypes
+    import ctypes.util
+    import importlib.util
+    paths = []
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        paths += sorted(Path(root).glob("cuda_nvrtc/lib/libnvrtc.so*"))
+    found = ctypes.util.find_library("nvrtc")
+    for p in [str(p) for p in paths if ".alt." not in p.name] + ([found] if found else []):
+        try:
+            return ctypes.CDLL(p)
+        except OSError:
+            continue
+    return None
+
+
+NVRTC = _libnvrtc()
+
+
+@pytest.mark.skipif(NVRTC is None, reason="libnvrtc not found (pip install nvidia-cuda-nvrtc-cu12)")
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_generated_cuda_compiles_with_nvrtc(name):
+    """The runtime compiles through NVRTC (cupy.RawModule): the same sources, the same options."""
+    import ctypes
+    from autotune.cuda_executor import NVRTC_OPTIONS
+    w = small(name)
+    src = "\n".join(generate_cuda(w, c, prefix=f"p{j}_")[0]
+                    for j, c in enumerate(candidates(w, RANDOM_PER_WORKLOAD)))
+    for arch in ("sm_80", "sm_90"):
+        prog = ctypes.c_void_p()
+        assert NVRTC.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"plans.cu", 0,
+                                        None, None) == 0
+        opts = [o.encode() for o in NVRTC_OPTIONS] + [f"--gpu-architecture={arch}".encode()]
+        rc = NVRTC.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+        size = ctypes.c_size_t()
+        NVRTC.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+        log = ctypes.create_string_buffer(size.value)
+        NVRTC.nvrtcGetProgramLog(prog, log)
+        NVRTC.nvrtcDestroyProgram(ctypes.byref(prog))
+        assert rc == 0, f"NVRTC ({arch}) rejected {name}:\n{log.value.decode()[:4000]}"
+
+
 @pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH")
 def test_one_kernel_file_compiles_alone(tmp_path):
     """What `autotune emit` writes per kernel (prelude + kernel) is a complete translation unit."""
@@ -185,6 +229,19 @@ def test_emulated_boundary_tiles_and_layouts(emulator, kernel_cache):
     assert any(k.grid > 1 for k in plan.kernels.values())
     _, why = verify(plan(**inputs), ref, w.rtol)
     assert not why, why
+
+
+def test_emulated_timed_call_and_device_inputs(emulator, kernel_cache):
+    w = small("gated_mlp")
+    inputs = w.random_inputs(seed=6)
+    plan = CudaPlan(w, named_plan(SearchSpace(w, BOUNDS), "heuristic"), kernel_cache,
+                    runtime=emulator)
+    outs, times = plan.timed_call(inputs, warmup=1, repeats=3)
+    assert len(times) == 3 and all(t > 0 for t in times)
+    _, why = verify(outs, reference(w, inputs), w.rtol)
+    assert not why, why
+    with pytest.raises(ValueError, match="missing input"):
+        plan(**{k: v for k, v in list(inputs.items())[1:]})
 
 
 # ---- cuBLAS argument lists --------------------------------------------------------------------
