@@ -15,6 +15,7 @@ from search_spaces.gemm import as_matrix_view, gemm_form, operand_groups
 from search_spaces.partition import Group, groups, materialized
 from search_spaces.workload import Workload
 
+from .cuda_limits import limit_penalty_s
 from .devices import DeviceSpec
 from .estimate import CostEstimate, FusedProducer, GroupCost
 
@@ -52,7 +53,8 @@ def estimate(w: Workload, cand: Candidate, dev: DeviceSpec) -> CostEstimate:
             out.append(_library_group(w, g, layout_of, dev, item))
         else:
             out.append(_loop_group(w, g, sched.tiles, layout_of, mats, dev, item))
-    total = sum(c.predicted_s for c in out)
+    # a CUDA candidate whose tile buffers exceed shared memory cannot launch at all
+    total = sum(c.predicted_s for c in out) + limit_penalty_s(w, cand, dev)
     return CostEstimate(w.name, dict(w.dims), dev.name, cand.name or cand.key, total, tuple(out))
 
 
