@@ -30,6 +30,7 @@ from search_spaces.space import SearchSpace, params_of
 from search_spaces.workload import Workload
 
 SAMPLERS = ("tpe", "random", "gp", "cmaes")
+MODEL_MARGIN = 0.97   # a model favourite must beat the best named plan's prediction by 3 %
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ def search(w: Workload, space: SearchSpace, backend, db: PlanDB, key: PlanKey, d
     predicted: dict[str, float] = {}
     best_pred: float | None = None
     options: dict[str, list] = {}
+    incumbent: dict = {}                                   # params of the best plan so far
 
     def note(status: str, cand: Candidate, pred: float, median: float | None) -> None:
         nonlocal best_pred
@@ -122,6 +124,8 @@ def search(w: Workload, space: SearchSpace, backend, db: PlanDB, key: PlanKey, d
         predicted[cand.key] = pred
         if row["status"] != "pruned":
             measured[cand.key] = (row["status"], row["measured_s"])
+        if row["status"] == "ok" and params and row["measured_s"] <= (prog.best_s or math.inf):
+            incumbent = params
         note(row["status"], cand, pred, row["measured_s"])
         if params and all(k in opts for k in params):
             state = {"ok": TrialState.COMPLETE, "failed": TrialState.FAIL}.get(
@@ -141,7 +145,14 @@ def search(w: Workload, space: SearchSpace, backend, db: PlanDB, key: PlanKey, d
             if params is not None:
                 study.enqueue_trial(params, user_attrs={"name": cand.name})
 
+    rng = np.random.default_rng(config.seed + prog.done)
     while prog.done < config.budget:
+        # Every other trial is a model-filtered neighbour of the best plan so far (local
+        # search around the incumbent); the rest come from the sampler.
+        if incumbent and prog.done % 2 == 1 and not _queued(study):
+            nb = _neighbour(w, space, dev, incumbent, rng, set(measured) | set(predicted))
+            if nb is not None:
+                study.enqueue_trial(nb)
         trial = study.ask()
         asked: dict[str, list] = {}
 
@@ -174,6 +185,8 @@ def search(w: Workload, space: SearchSpace, backend, db: PlanDB, key: PlanKey, d
             study.tell(trial, state=TrialState.PRUNED)
         else:
             study.tell(trial, state=TrialState.FAIL)
+        if status == "ok" and median <= (prog.best_s or math.inf):
+            incumbent = dict(trial.params)
         note(status, cand, pred, median)
         prog.last = f"{cand.name or cand.key}: {status}" + (f" {median:.4g} s" if median else "")
         if on_trial:
@@ -226,5 +239,39 @@ def _model_favourites(w, space, dev, config: SearchConfig, seen: set[str]) -> li
     rng = np.random.default_rng(config.seed)
     for _ in range(config.model_pool):
         score(space.random(rng))
-    ranked = sorted((v for k, v in pool.items() if k not in seen), key=lambda x: x[0])
+    # only what the model clearly prefers to every named plan is worth a measurement up front
+    bar = MODEL_MARGIN * min(estimate(w, named_plan(space, n), dev).total_s for n in NAMED_PLANS)
+    ranked = sorted((v for k, v in pool.items() if k not in seen and v[0] < bar),
+                    key=lambda x: x[0])
     return [c for _, c in ranked[: config.model_seeds]]
+
+
+def _queued(study: optuna.Study) -> bool:
+    return any(t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False))
+
+
+def _neighbour(w, space, dev, params: dict, rng, seen: set[str], tries: int = 40) -> dict | None:
+    """Params of the unseen one- or two-parameter mutation of ``params`` that the cost model
+    ranks fastest (None if every mutation tried was seen before)."""
+    best = None
+    for _ in range(tries):
+        asked: dict = {}
+        used: dict = {}
+        flips = set(rng.choice(sorted(params), size=min(len(params), int(rng.integers(1, 3))),
+                               replace=False)) if params else set()
+
+        def choose(name, opts):
+            opts = list(opts)
+            asked[name] = opts
+            val = params.get(name)
+            if name in flips or val not in opts:
+                val = opts[int(rng.integers(len(opts)))]
+            used[name] = val
+            return val
+        cand = space.build(choose)
+        if cand.key in seen:
+            continue
+        pred = estimate(w, cand, dev).total_s
+        if best is None or pred < best[0]:
+            best = (pred, used)
+    return best[1] if best else None

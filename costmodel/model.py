@@ -169,14 +169,23 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
                 wbytes *= waste
             moved += wbytes
             unique += op.out_size * item
-    # fewer tiles than cores/SMs leaves part of the device idle
-    occupancy = min(1.0, n_tiles / dev.parallel_units)
+    # Tile buffers of the fused members live in the core's private cache only while they fit:
+    # beyond it each buffer is written to and read back from DRAM once per tile.
+    buffers = sum(math.prod(footprint_shape(w.op(m.op), fps[m.op], anchor, tiles))
+                  for m in plans if m.op != g.anchor) * item
+    spill = 2 * buffers * n_tiles if buffers > dev.tile_cache_bytes else 0.0
+    # Tiles are dealt to cores/SMs in waves: the last, partial wave leaves units idle (fewer
+    # tiles than units is the extreme case).
+    waves = math.ceil(n_tiles / dev.parallel_units)
+    occupancy = n_tiles / (waves * dev.parallel_units)
     compute_s /= occupancy
     # each tile pays scheduling and loop set-up per member: what sinks per-element fusion
     overhead_s = dev.tile_overhead_s * n_tiles * len(plans) / dev.parallel_units
     memory_s = moved / dev.bandwidth
     bound = "compute" if compute_s + overhead_s >= memory_s else "memory"
-    t = max(compute_s + overhead_s, memory_s) + dev.launch_s
+    # spilled buffers stall the arithmetic that uses them: paid on top, not overlapped
+    t = max(compute_s + overhead_s, memory_s) + spill / dev.bandwidth + dev.launch_s
+    moved += spill
     return GroupCost(ops=tuple(m.op for m in plans), anchor=g.anchor, impl="loop",
                      tiles=tuple(eff_tiles), predicted_s=t, flops=flops,
                      recomputed_flops=recomputed, transcendentals=trans, bytes=moved,
