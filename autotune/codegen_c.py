@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from search_spaces.candidate import IMPL_LOOP, Candidate
 from search_spaces.footprint import footprint_shape, footprints, plan_group, strides, tile_sizes
-from search_spaces.ir import Access, Binary, Call, Const, Expr, Pow, Unary
+from search_spaces.ir import Access, Binary, Const, Expr, Pow, Unary
 from search_spaces.partition import Group, groups, materialized
 from search_spaces.workload import Workload
 
@@ -89,7 +89,7 @@ class _Emitter:
             base = self.expr(e.base, var)
             if e.exponent == 0:
                 return f"(({self.ctype})1)"
-            prod = " * ".join([f"_p"] * abs(e.exponent))
+            prod = " * ".join(["_p"] * abs(e.exponent))
             body = f"({{ {self.ctype} _p = {base}; {prod}; }})"
             return f"(1/{body})" if e.exponent < 0 else body
         return _fn(e.fn, [self.expr(a, var) for a in e.args], self.suf)
@@ -106,7 +106,7 @@ class _Emitter:
         return out
 
     def member(self, mp) -> None:
-        w, op = self.w, self.w.op(mp.op)
+        op = self.w.op(mp.op)
         rng = self.ranges(mp.op)
         var = {i: f"v_{i}" for i in op.domain}
         is_anchor = mp.op == self.g.anchor

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from search_spaces.ir import Access, Binary, Call, Const, Expr, Op, Pow, Unary, accesses
+from search_spaces.ir import Access, Binary, Const, Expr, Op, Pow, Unary, accesses
 from search_spaces.workload import Workload
 
 CHUNK_ELEMS = 1 << 25
