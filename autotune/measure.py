@@ -36,6 +36,7 @@ class MeasureSettings:
     warmup: int = 0                # the checked run already warms caches, pages and code
     repeats: int = 3
     give_up_factor: float = 1.5    # a checked run this much slower than the best: no repeats
+    contend_factor: float = 1.1    # both first runs this much slower: stop after two
 
 
 class Backend(Protocol):
