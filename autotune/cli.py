@@ -71,7 +71,7 @@ def search_cmd(
         db: Optional[str] = typer.Option(None, help="plan database (default: $AUTOTUNE_DB or "
                                                     "the user cache dir)"),
         seed: int = typer.Option(0, help="seed of the sampler and of the random inputs"),
-        prune_factor: float = typer.Option(3.0, help="skip candidates predicted this many "
+        prune_factor: float = typer.Option(2.0, help="skip candidates predicted this many "
                                                      "times slower than the best"),
         repeats: int = typer.Option(3, help="timed runs per candidate (median)")):
     """Search for the fastest verified plan and cache it."""

@@ -39,7 +39,7 @@ class SearchConfig:
     budget: int = 200
     sampler: str = "tpe"
     seed: int = 0
-    prune_factor: float = 3.0
+    prune_factor: float = 2.0
     timeout_factor: float = 10.0     # a run may take this many times the best so far
     min_timeout_s: float = 30.0
     model_seeds: int = 12            # model-ranked candidates enqueued after the named plans

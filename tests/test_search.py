@@ -119,7 +119,7 @@ def test_search_runs_the_budget_and_records_every_trial(w, lib_search):
             [r["error"] for r in rows[:3]]
         for r in rows:
             if r["status"] == "pruned":
-                assert r["error"].startswith(f"predicted {r['predicted_s']:.3g} s > 3 x ")
+                assert r["error"].startswith(f"predicted {r['predicted_s']:.3g} s > 2 x ")
         for r in rows:
             assert r["predicted_s"] is not None and r["predicted_s"] > 0
             if r["status"] == "ok":
