@@ -21,7 +21,7 @@ def db_check(db: Optional[str] = typer.Option(None, help="plan database (default
     path = db or str(default_db_path())
     problems = check_file(path)
     if not problems:
-        typer.echo(f"{path}: OK")
+        typer.echo(f"{path}: OK" + _older_schema_note(path))
         return
     for p in problems:
         typer.echo(p if p.startswith(path) else f"{path}: {p}", err=True)
@@ -29,6 +29,27 @@ def db_check(db: Optional[str] = typer.Option(None, help="plan database (default
                "--db NEW_PATH; trials in a damaged file can be read with `sqlite3 PATH .recover`",
                err=True)
     raise typer.Exit(1)
+
+
+def _older_schema_note(path: str) -> str:
+    """" (schema 1; ...)" for a healthy database of an older schema, else ""."""
+    from pathlib import Path
+
+    from db.check import connect_ro
+    from db.keys import SCHEMA_VERSION
+    from db.schema import stored_version
+    p = Path(path).expanduser()
+    if not p.is_file() or p.stat().st_size == 0:
+        return ""
+    conn = connect_ro(p)
+    try:
+        v = stored_version(conn)
+    finally:
+        conn.close()
+    if v is not None and 0 < v < SCHEMA_VERSION:
+        return (f" (schema {v}: the next search or load migrates it to schema "
+                f"{SCHEMA_VERSION})")
+    return ""
 
 
 @cache_app.command("prune")

@@ -43,10 +43,10 @@ def header_problem(path: Path) -> str | None:
         return None  # empty: a database nobody has written yet (or being created)
     if head[:16] == MAGIC:
         return None
+    if MAGIC.startswith(head):     # before the text test: the magic itself is text
+        return f"is truncated ({len(head)} bytes), not a complete SQLite database"
     if _looks_like_text(head):
         return "is a text file, not an SQLite database"
-    if MAGIC.startswith(head):
-        return f"is truncated ({len(head)} bytes), not a complete SQLite database"
     return "is not an SQLite database (unrecognised header)"
 
 

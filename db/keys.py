@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     from autotune.environment import Environment
 
 # Version of the database layout (tables and columns).  Bump it together with a new
-# entry in db.schema.MIGRATIONS.
-SCHEMA_VERSION = 1
+# entry in db.schema.MIGRATIONS.  2: trials.times_json and trials.rel_err.
+SCHEMA_VERSION = 2
 
 try:
     # The search-space module owns its version when it declares one ...

@@ -102,10 +102,44 @@ def _to_v1(db: Database) -> None:
         db.execute(stmt)
 
 
+def rekey(db: Database, version: int) -> None:
+    """Carry the rows of schema ``version - 1`` over to ``version``: their schema_version
+    column and their plan key (a sha256 over all parts, schema version included).
+
+    Only for migrations that leave the meaning of a stored measurement unchanged, so that
+    the plans cached under the old schema stay usable after the upgrade.  Keys stay
+    distinct: every old row moves by the same change of one part.
+    """
+    from .keys import PlanKey
+    cols = "plan_key, workload_hash, space_version, device_json, libraries_json, schema_version"
+    for table in ("trials", "best_plans"):
+        cur = db.conn.execute(f"SELECT DISTINCT {cols} FROM {table} WHERE schema_version = ?",
+                              (version - 1,))
+        names = [d[0] for d in cur.description]
+        for row in cur.fetchall():
+            r = dict(zip(names, row))
+            new = PlanKey(**{**PlanKey.from_row(r).parts(), "schema_version": version}).key
+            db.conn.execute(f"UPDATE {table} SET plan_key = ?, schema_version = ? "
+                            "WHERE plan_key = ?", (new, version, r["plan_key"]))
+
+
+def _to_v2(db: Database) -> None:
+    """Every timed run and the relative error of each trial: the median alone hides noisy
+    measurements (a spread of repeats) and how close a plan came to the tolerance.
+
+    Nullable columns: trials of schema 1, and pruned ones, have neither.  What a stored
+    measurement means is unchanged, so the rows are re-keyed and cached plans stay in use.
+    """
+    trials = db["trials"]
+    trials.add_column("times_json", str)
+    trials.add_column("rel_err", float)
+    rekey(db, 2)
+
+
 # version -> function bringing a database from version-1 to version.  Version 0 is an
 # empty file.  Add entries, never edit shipped ones; keep a fixture of the old schema
-# in the tests for each.
-MIGRATIONS: dict[int, Callable[[Database], None]] = {1: _to_v1}
+# in the tests for each (tests/data/plans-schema1.sqlite).
+MIGRATIONS: dict[int, Callable[[Database], None]] = {1: _to_v1, 2: _to_v2}
 
 
 def stored_version(conn: sqlite3.Connection) -> int | None:

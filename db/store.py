@@ -6,6 +6,7 @@ instead of losing them.  A trial and the best-plan update it causes commit toget
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import sqlite3
@@ -91,31 +92,38 @@ class PlanDB:
     def add_trial(self, key: PlanKey, study: str, number: int, candidate_json: str,
                   status: str, predicted_s: float | None = None,
                   measured_s: float | None = None, error: str | None = None,
-                  params_json: str | None = None, options_json: str | None = None) -> bool:
+                  params_json: str | None = None, options_json: str | None = None, *,
+                  times=None, rel_err: float | None = None) -> bool:
         """Insert trial ``number`` of ``study``; False if it was already there.
 
         An ok trial also updates best_plans in the same transaction, replacing the
         stored plan only when strictly faster.  measured_s is dropped for non-ok
-        trials (a failed candidate's time is meaningless).
+        trials (a failed candidate's time is meaningless).  ``times`` (every timed run,
+        seconds) and ``rel_err`` (worst relative error against the reference) are kept
+        for any status that has them: a wrong result's error says how wrong.
         """
         with immediate(self.db.conn):
             return self._insert(key, study, int(number), candidate_json, status,
-                                predicted_s, measured_s, error, params_json, options_json)
+                                predicted_s, measured_s, error, params_json, options_json,
+                                times, rel_err)
 
     def append_trial(self, key: PlanKey, study: str, candidate_json: str, status: str,
                      predicted_s: float | None = None, measured_s: float | None = None,
                      error: str | None = None, params_json: str | None = None,
-                     options_json: str | None = None) -> int:
+                     options_json: str | None = None, *, times=None,
+                     rel_err: float | None = None) -> int:
         """Like add_trial, numbering the trial max+1 inside the transaction (so
         concurrent writers to one study never collide); returns the number used."""
         with immediate(self.db.conn):
             number = self._next(key.key, study)
             self._insert(key, study, number, candidate_json, status,
-                         predicted_s, measured_s, error, params_json, options_json)
+                         predicted_s, measured_s, error, params_json, options_json,
+                         times, rel_err)
             return number
 
     def _insert(self, key, study, number, candidate_json, status, predicted_s,
-                measured_s, error, params_json=None, options_json=None) -> bool:
+                measured_s, error, params_json=None, options_json=None, times=None,
+                rel_err=None) -> bool:
         if status not in STATUSES:
             raise ValueError(f"trial status {status!r}: expected one of {', '.join(STATUSES)}")
         if status != "ok":
@@ -128,6 +136,8 @@ class PlanDB:
         row = {**cols, "study": study, "number": number, "candidate_json": candidate_json,
                "status": status, "predicted_s": predicted_s, "measured_s": measured_s,
                "error": error, "params_json": params_json, "options_json": options_json,
+               "times_json": json.dumps([float(t) for t in times]) if times else None,
+               "rel_err": None if rel_err is None else float(rel_err),
                "created": _now()}
         names = ", ".join(row)
         cur = self.db.conn.execute(

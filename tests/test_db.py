@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import multiprocessing as mp
 import os
 import random
@@ -277,3 +278,225 @@ def test_default_db_path(tmp_path, monkeypatch):
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert default_db_path() == tmp_path / "home" / ".cache" / "autotune" / "plans.sqlite"
+
+
+# -- schema 2: times and relative errors; migration of a schema-1 file ----------------------
+def test_trials_keep_times_and_rel_err(tmp_path):
+    k = key()
+    with PlanDB(tmp_path / "p.sqlite") as pdb:
+        pdb.add_trial(k, "s", 0, '"a"', "ok", 1.0, 2.0, times=(2.1, 2.0, 1.9), rel_err=3e-7)
+        pdb.add_trial(k, "s", 1, '"b"', "failed", 1.0, error="wrong", rel_err=float("inf"))
+        n = pdb.append_trial(k, "s", '"c"', "ok", 1.0, 1.0, times=[1.0], rel_err=0.0)
+        pdb.append_trial(k, "s", '"d"', "pruned", 9.0)
+        rows = pdb.trials(k.key, "s")
+    assert n == 2
+    assert [json.loads(r["times_json"]) if r["times_json"] else None for r in rows] == \
+        [[2.1, 2.0, 1.9], None, [1.0], None]
+    assert [r["rel_err"] for r in rows] == [3e-7, float("inf"), 0.0, None]
+
+
+def _content(path) -> dict:
+    """Everything but timestamps and the key columns, per table, as sorted tuples."""
+    c = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        out = {}
+        for table, cols in (("workloads", "hash, name, canonical_json"),
+                            ("trials", "workload_hash, space_version, device_json, "
+                                       "libraries_json, study, number, candidate_json, status, "
+                                       "predicted_s, measured_s, error, params_json, options_json"),
+                            ("best_plans", "workload_hash, device_json, libraries_json, "
+                                           "workload_name, candidate_json, measured_s, "
+                                           "predicted_s, study, trial_number")):
+            out[table] = sorted(c.execute(f"SELECT {cols} FROM {table}").fetchall())
+        return out
+    finally:
+        c.close()
+
+
+def _meta_version(path) -> str:
+    c = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return c.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0]
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("source", ["binary", "scripted"])
+def test_schema1_database_is_migrated(tmp_path, source):
+    """A plan database of schema 1 (the binary fixture that schema-1 code wrote, and the same
+    content scripted with raw SQL) opens: migrated to schema 2 in one transaction, data
+    intact, new columns present, plans re-keyed so that they are still found."""
+    import shutil
+    from schema1 import ENV as FENV, FIXTURE, OLD_ENV, TRIALS, key_v1, make_schema1_db
+    p = tmp_path / "old.sqlite"
+    if source == "binary":
+        shutil.copyfile(FIXTURE, p)
+    else:
+        make_schema1_db(p)
+    assert _meta_version(p) == "1"
+    assert check_file(p) == []             # an older schema is not a problem ...
+    before = _content(p)
+    assert len(before["trials"]) == len(TRIALS)
+    with PlanDB(p) as pdb:                 # ... opening migrates it
+        assert pdb.migrated_from == 1
+        cols = pdb.db["trials"].columns_dict
+        assert cols["times_json"] is str and cols["rel_err"] is float
+        cur, old = PlanKey.for_env("w0", FENV), PlanKey.for_env("w0", OLD_ENV)
+        assert cur.schema_version == SCHEMA_VERSION == 2
+        best = pdb.best(cur.key)           # found under today's key
+        assert (best["candidate_json"], best["measured_s"], best["trial_number"]) == \
+            ('{"name": ""}', 1.5, 3)
+        assert pdb.best(old.key)["measured_s"] == 1.0
+        assert pdb.best(key_v1(FENV).key) is None          # nothing left under the old keys
+        rows = pdb.trials(cur.key, "tpe-seed0")
+        assert [r["status"] for r in rows] == ["ok", "failed", "pruned", "ok"]
+        assert all(r["times_json"] is None and r["rel_err"] is None for r in rows)
+        assert {r["schema_version"] for r in rows} == {2}
+        assert pdb.trial_counts(cur.key) == {"ok": 2, "failed": 1, "pruned": 1}
+        assert pdb.stale_rows(cur)[0]["reasons"] == ["library versions"]
+        assert pdb.check() == []
+        # the migrated database takes new trials with the new columns
+        pdb.add_trial(cur, "tpe-seed0", 4, '"e"', "ok", 0.2, 1.2, times=[1.2], rel_err=1e-6)
+        assert pdb.best(cur.key)["measured_s"] == 1.2
+    after = _content(p)
+    assert after["workloads"] == before["workloads"]
+    assert [r for r in after["trials"] if r[6] != '"e"'] == before["trials"]
+    assert _meta_version(p) == str(SCHEMA_VERSION)
+    assert check_file(p) == []
+    with PlanDB(p) as pdb:
+        assert pdb.migrated_from == SCHEMA_VERSION
+
+
+def test_the_binary_fixture_is_the_scripted_one(tmp_path):
+    from schema1 import FIXTURE, make_schema1_db
+    make_schema1_db(tmp_path / "s.sqlite")
+    assert _content(FIXTURE) == _content(tmp_path / "s.sqlite")
+    c = sqlite3.connect(f"file:{FIXTURE}?mode=ro", uri=True)
+    try:
+        assert "times_json" not in [r[1] for r in c.execute("PRAGMA table_info(trials)")]
+    finally:
+        c.close()
+
+
+def test_schema3_database_is_refused_untouched(tmp_path):
+    """A database from a newer autotune (schema 3): one line, upgrade message, file as it was."""
+    p = tmp_path / "p.sqlite"
+    make_db(p, n=2)
+    c = sqlite3.connect(p)
+    c.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    c.commit()
+    c.close()
+    msg = _assert_refused(p, "schema 3 > 2", "upgrade autotune or use another --db")
+    assert msg.startswith(f"{p} was written by a newer autotune")
+    from typer.testing import CliRunner
+    from autotune.cli import app
+    before = sha(p)
+    r = CliRunner().invoke(app, ["db", "check", "--db", str(p)])
+    assert r.exit_code == 1 and "newer autotune (schema 3 > 2)" in r.stderr
+    r = CliRunner().invoke(app, ["show-best", "--db", str(p)])
+    assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1
+    assert "upgrade autotune" in r.stderr and sha(p) == before
+
+
+# -- corrupt files through the CLI ---------------------------------------------------------------
+def _corrupt(p, how: str) -> None:
+    if how == "random":
+        p.write_bytes(random.Random(7).randbytes(20000))
+    elif how == "text":
+        p.write_text("name,time\nplan,1.0\n" * 100)
+    elif how == "truncated":
+        make_db(p, n=300)
+        p.write_bytes(p.read_bytes()[:9000])
+    elif how == "header-only":
+        p.write_bytes(b"SQLite format")
+    else:   # pages in the middle overwritten: a damaged b-tree
+        make_db(p, n=300)
+        data = bytearray(p.read_bytes())
+        data[4096 * 3:4096 * 6] = random.Random(3).randbytes(4096 * 3)
+        p.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("how", ["random", "text", "truncated", "header-only", "pages"])
+def test_cli_on_a_damaged_database(tmp_path, how):
+    """`db check` says what is wrong and how to recover; `search`, `show-best` and
+    `cache prune` refuse in one line; the file is never modified."""
+    from typer.testing import CliRunner
+    from autotune.cli import app
+    runner = CliRunner()
+    p = tmp_path / "p.sqlite"
+    _corrupt(p, how)
+    before = sha(p)
+    r = runner.invoke(app, ["db", "check", "--db", str(p)])
+    assert r.exit_code == 1, r.output
+    lines = r.stderr.strip().splitlines()
+    assert lines[0].startswith(f"{p}: ") and "OK" not in lines[0], r.stderr
+    what = {"random": "not an SQLite database", "text": "text file", "truncated": "truncated",
+            "header-only": "truncated", "pages": ""}[how]
+    assert what in lines[0], lines[0]
+    assert lines[-1].startswith("recover: move the file aside") and "--db NEW_PATH" in lines[-1]
+    assert "Traceback" not in r.output and sha(p) == before
+    for cmd in (["search", "trimul_outgoing", "--dims", "N=8,C=4", "--budget", "1"],
+                ["show-best"], ["cache", "prune"]):
+        r = runner.invoke(app, cmd + ["--db", str(p)])
+        assert r.exit_code == 1, (cmd, r.output)
+        err = r.stderr.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"autotune: {p}: "), (cmd, r.stderr)
+        assert "move it aside or pass --db NEW_PATH" in err[0]
+        assert "Traceback" not in r.output and sha(p) == before, cmd
+
+
+def test_cli_db_check_ok_and_older_schema(tmp_path):
+    from typer.testing import CliRunner
+    from autotune.cli import app
+    from schema1 import make_schema1_db
+    p = tmp_path / "p.sqlite"
+    make_db(p, n=3)
+    r = CliRunner().invoke(app, ["db", "check", "--db", str(p)])
+    assert r.exit_code == 0 and r.stdout.strip() == f"{p}: OK"
+    old = tmp_path / "old.sqlite"
+    make_schema1_db(old)
+    before = sha(old)
+    r = CliRunner().invoke(app, ["db", "check", "--db", str(old)])
+    assert r.exit_code == 0 and "OK (schema 1: the next search or load migrates it" in r.stdout
+    assert sha(old) == before
+
+
+# -- stale keys: autotune cache prune ------------------------------------------------------------
+def test_cli_cache_prune_deletes_stale_rows(tmp_path):
+    """Rows under another libraries_json (and another device) are listed by --dry-run, which
+    deletes nothing, then deleted; this machine's rows stay."""
+    from typer.testing import CliRunner
+    from autotune.cli import app
+    runner = CliRunner()
+    here = detect_cpu()
+    cur = PlanKey.for_env("w0", here)
+    libs = PlanKey.for_env("w0", Environment.from_dict({**here.to_dict(), "libraries": {
+        **here.library_dict(), "numpy": "0.1"}}))
+    dev = PlanKey.for_env("w1", Environment.from_dict({**here.to_dict(), "name": "Old CPU"}))
+    p = tmp_path / "p.sqlite"
+    with PlanDB(p) as pdb:
+        for k in (cur, libs, dev):
+            pdb.add_trial(k, "s", 0, '"a"', "ok", 1.0, 1.0)
+            pdb.add_trial(k, "s", 1, '"b"', "failed", error="x")
+
+    def counts():
+        with PlanDB(p) as pdb:
+            return {k.key: (len(pdb.trials(k.key)), pdb.best(k.key) is not None)
+                    for k in (cur, libs, dev)}
+    full = counts()
+    assert set(full.values()) == {(2, True)}
+    r = runner.invoke(app, ["cache", "prune", "--db", str(p), "--dry-run"])
+    assert r.exit_code == 0, r.output
+    assert f"stale {libs.key[:16]}: library versions changed (2 trials, best plan)" in r.stdout
+    assert f"stale {dev.key[:16]}: device changed" in r.stdout
+    assert cur.key[:16] not in r.stdout
+    assert "2 stale key(s); nothing deleted (--dry-run)" in r.stdout
+    assert counts() == full
+    r = runner.invoke(app, ["cache", "prune", "--db", str(p)])
+    assert r.exit_code == 0, r.output
+    assert "deleted 6 row(s) under 2 stale key(s)" in r.stdout
+    assert counts() == {cur.key: (2, True), libs.key: (0, False), dev.key: (0, False)}
+    r = runner.invoke(app, ["cache", "prune", "--db", str(p)])
+    assert "deleted 0 row(s) under 0 stale key(s)" in r.stdout
+    with PlanDB(p) as pdb:
+        assert pdb.check() == []
