@@ -368,10 +368,13 @@ def test_schema1_database_is_migrated(tmp_path, source):
 
 
 def test_the_binary_fixture_is_the_scripted_one(tmp_path):
+    import shutil
     from schema1 import FIXTURE, make_schema1_db
+    fixture = tmp_path / "fixture.sqlite"   # a copy: even a read-only open of a WAL database
+    shutil.copyfile(FIXTURE, fixture)       # creates -shm/-wal files beside it
     make_schema1_db(tmp_path / "s.sqlite")
-    assert _content(FIXTURE) == _content(tmp_path / "s.sqlite")
-    c = sqlite3.connect(f"file:{FIXTURE}?mode=ro", uri=True)
+    assert _content(fixture) == _content(tmp_path / "s.sqlite")
+    c = sqlite3.connect(f"file:{fixture}?mode=ro", uri=True)
     try:
         assert "times_json" not in [r[1] for r in c.execute("PRAGMA table_info(trials)")]
     finally:
