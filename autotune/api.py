@@ -48,6 +48,41 @@ def make_executable(w: Workload, cand: Candidate, kind: str, cache_dir: Path):
     return CudaPlan(w, cand, cache_dir / "kernels")
 
 
+def host_memory_available() -> int | None:
+    """Bytes of RAM a new allocation can get now: MemAvailable from /proc/meminfo (free plus
+    reclaimable cache), else the physical memory size; None when neither is known."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def device_memory_available() -> int | None:
+    """Free memory of GPU 0 (cudaMemGetInfo through CuPy); None when it cannot be read."""
+    try:
+        import cupy
+        return int(cupy.cuda.runtime.memGetInfo()[0])
+    except Exception:
+        return None
+
+
+def memory_probe(kind: str):
+    """``() -> bytes available`` for the search's memory check on a device kind.  GPU free
+    memory is read once, before the measuring worker starts: later its memory pool holds on
+    to freed blocks, which would look like memory in use."""
+    if kind == "cpu":
+        return host_memory_available
+    free = device_memory_available()
+    return lambda: free
+
+
 def run_search(w: Workload, device: str = "cpu", db: str | os.PathLike | None = None,
                config: SearchConfig = SearchConfig(), settings: MeasureSettings = MeasureSettings(),
                on_trial=None) -> SearchResult:
@@ -60,7 +95,7 @@ def run_search(w: Workload, device: str = "cpu", db: str | os.PathLike | None = 
         backend = make_backend(env, w, config.seed, root, settings)
         try:
             return search(w, space_for(w, env.kind), backend, store, key, device_spec(env),
-                          config, on_trial)
+                          config, on_trial, memory_available=memory_probe(env.kind))
         finally:
             backend.close()
     finally:
@@ -77,14 +112,34 @@ def best_candidate(w: Workload, device: str = "cpu", db=None) -> tuple[Candidate
     return (Candidate.from_json(row["candidate_json"]), row) if row else (None, None)
 
 
+def stale_reasons_for(w: Workload, device: str = "cpu", db=None) -> list[str]:
+    """Why plans cached for ``w`` do not apply here: the parts of their keys that differ
+    from this machine's ("device", "library versions", ...); [] if none is cached."""
+    from db.keys import stale_reasons
+    current = PlanKey.for_env(w.hash, resolve(device))
+    store = open_db(db)
+    try:
+        rows = store.best_rows(w.hash)
+    finally:
+        store.close()
+    reasons: list[str] = []
+    for r in rows:
+        if r["plan_key"] != current.key:
+            reasons += [x for x in stale_reasons(r, current) if x not in reasons]
+    return reasons
+
+
 def load_best(w: Workload, device: str = "cpu", db: str | os.PathLike | None = None):
     """The cached best plan for (workload, device, versions) as a callable; else the heuristic
     plan, with a NoCachedPlanWarning.  A plan cached for another device or version is never
-    used: its key differs."""
+    used: its key differs (the warning says which part changed)."""
     env = resolve(device)
     cand, _ = best_candidate(w, device, db)
     if cand is None:
-        warnings.warn(f"no cached plan for {w.name} on {env.name} with these library versions; "
+        stale = stale_reasons_for(w, device, db)
+        why = (f"plans cached for {w.name} do not apply here ({', '.join(stale)} changed)"
+               if stale else f"no cached plan for {w.name}")
+        warnings.warn(f"{why} on {env.name} with these library versions; "
                       f"using the heuristic plan (run `autotune search` to tune it)",
                       NoCachedPlanWarning, stacklevel=2)
         cand = named_plan(space_for(w, env.kind), "heuristic")

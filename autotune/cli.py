@@ -73,7 +73,12 @@ def search_cmd(
         seed: int = typer.Option(0, help="seed of the sampler and of the random inputs"),
         prune_factor: float = typer.Option(2.0, help="skip candidates predicted this many "
                                                      "times slower than the best"),
-        repeats: int = typer.Option(3, help="timed runs per candidate (median)")):
+        repeats: int = typer.Option(3, help="timed runs per candidate (median)"),
+        storage: Optional[str] = typer.Option(
+            None, help="share the search with other workers through an Optuna storage: "
+                       "journal:PATH (a file all workers reach) or an RDB URL such as "
+                       "postgresql://user:pw@host/db; --budget then counts the shared "
+                       "study's trials")):
     """Search for the fastest verified plan and cache it."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
         TimeElapsedColumn
@@ -86,7 +91,11 @@ def search_cmd(
         raise CliError("--budget must be at least 1")
     w = load(workload, dims)
     _api().resolve(device)   # a missing GPU fails here, before any output
-    config = SearchConfig(budget=budget, sampler=sampler, seed=seed, prune_factor=prune_factor)
+    config = SearchConfig(budget=budget, sampler=sampler, seed=seed, prune_factor=prune_factor,
+                          storage=storage)
+    if storage:
+        from .search import open_storage
+        open_storage(storage)   # a bad URL or an unreachable server fails here, in one line
     settings = MeasureSettings(repeats=max(1, repeats))
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
@@ -103,8 +112,8 @@ def search_cmd(
         raise CliError(f"no candidate of {w.name} passed verification in {p.done} trials; "
                        f"see `autotune show-best {workload}`")
     typer.echo(f"{w.name}: {p.done} trials ({p.measured} measured, {p.pruned} pruned, "
-               f"{p.failed} failed); best {result.best['measured_s']:.4g} s, plan key "
-               f"{result.key.key[:16]}")
+               f"{p.failed} failed; {p.new} run by this process); best "
+               f"{result.best['measured_s']:.4g} s, plan key {result.key.key[:16]}")
 
 
 @app.command("show-best")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import statistics
 import time
 import traceback
@@ -104,7 +105,10 @@ def _measure_one(w, cand, inputs, ref, settings: MeasureSettings, best_s, spec, 
                 break
         return Measurement("ok", statistics.median(times), tuple(times), err)
     except MemoryError:
-        return Measurement("failed", error="out of memory while running the candidate")
+        # the frames holding the candidate's arrays are gone once we return: the worker
+        # serves the next candidate with its memory back
+        return Measurement("failed", error="out of memory while running the candidate "
+                                           "(MemoryError)")
     except Exception as e:  # compile errors, codegen bugs: the trial fails, the search goes on
         last = traceback.format_exception_only(type(e), e)[-1].strip()
         return Measurement("failed", error=last[:500])
@@ -123,6 +127,16 @@ def worker_main(conn, spec: WorkerSpec, make_plan_path: str) -> None:
             conn.send(("error", f"worker failed to start: {type(e).__name__}: {e}"))
         except Exception:
             pass
+
+
+def crash_message(code: int | None) -> str:
+    """What a dead worker's exit code says.  SIGKILL from nobody we know of is how the
+    kernel's out-of-memory killer ends a process: say so, since the candidate is then the
+    likely cause."""
+    if code == -signal.SIGKILL:
+        return (f"worker crashed (exit code {code}: killed by SIGKILL, as the out-of-memory "
+                "killer does; the candidate may need more memory than is free)")
+    return f"worker crashed (exit code {code})"
 
 
 class WorkerHandle:
@@ -169,7 +183,7 @@ class WorkerHandle:
         except (EOFError, BrokenPipeError, ConnectionResetError):
             code = (self.proc.join(5) or self.proc.exitcode) if self.proc else None  # reap first
             self.kill()
-            return Measurement("failed", error=f"worker crashed (exit code {code})")
+            return Measurement("failed", error=crash_message(code))
         d = dict(payload)
         d["times"] = tuple(d["times"])
         return Measurement(**d)

@@ -190,3 +190,37 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
                      tiles=tuple(eff_tiles), predicted_s=t, flops=flops,
                      recomputed_flops=recomputed, transcendentals=trans, bytes=moved,
                      unique_bytes=unique, launches=1, bound=bound, fused=tuple(fused))
+
+
+def memory_bytes(w: Workload, cand: Candidate, threads: int) -> int:
+    """Bytes ``cand`` holds at its peak while it runs: every input, output and materialized
+    intermediate (whole tensors, allocated once per plan), plus the largest extra of one
+    group (groups run one after another): for a loop group, the tile buffers of its fused
+    members, one set per thread; for a library GEMM, the layout copies NumPy/CuPy make of
+    operands (or the result) it cannot view as matrices.  ``threads``: CPU threads, each with
+    its own tile buffers (0 on a GPU, whose tile buffers live in shared memory).
+    """
+    item = 4 if w.dtype == "float32" else 8
+    fused = cand.fused_pairs
+    whole = {n for n, _ in w.inputs} | set(w.outputs) | materialized(w, fused)
+    total = sum(math.prod(w.shapes[t]) for t in whole) * item
+    layout_of = lambda t: cand.layout(t, len(w.shapes[t]))
+    extra = 0
+    for g in groups(w, fused):
+        sched = cand.schedule(g.anchor)
+        if sched.impl == IMPL_LIBRARY:
+            op = w.op(g.anchor)
+            form = gemm_form(op)
+            ga, gb, go = operand_groups(form)
+            copies = sum(math.prod(w.shapes[t]) for t, idx, grp in (
+                (form.a.tensor, form.a.idx, ga), (form.b.tensor, form.b.idx, gb),
+                (op.out, op.parallel, go))
+                if not as_matrix_view(idx, w.shapes[t], layout_of(t), grp)) * item
+            extra = max(extra, copies)
+        else:
+            anchor = w.op(g.anchor)
+            fps = footprints(w, g, sched.tiles)
+            per_thread = sum(math.prod(footprint_shape(w.op(m), fps[m], anchor, sched.tiles))
+                             for m in g.members if m != g.anchor) * item
+            extra = max(extra, per_thread * max(threads, 0))
+    return int(total + extra)

@@ -130,3 +130,67 @@ def test_worker_that_cannot_start_reports_failure(w, tmp_path):
     finally:
         h.close()
     assert m.status == "failed" and m.error
+
+
+# ---- numerics: non-finite outputs and the tolerance ----------------------------------------
+
+def test_verify_rejects_nan_and_inf_anywhere():
+    import numpy as np
+    from autotune.measure import verify
+    rng = np.random.default_rng(0)
+    ref = {"out": rng.standard_normal((8, 8, 4))}
+    good = {"out": ref["out"].astype(np.float32)}
+    err, msg = verify(good, ref, 1e-4)
+    assert msg == "" and err < 1e-6
+    for bad in (np.nan, np.inf, -np.inf):
+        for pos in (0, 100, 255):
+            out = ref["out"].astype(np.float32)
+            out.flat[pos] = bad
+            err, msg = verify({"out": out}, ref, 1e-4)
+            assert err == math.inf and "non-finite values" in msg, (bad, pos, msg)
+    assert "missing" in verify({}, ref, 1e-4)[1]
+    assert verify({"out": good["out"][:4]}, ref, 1e-4)[0] == math.inf   # wrong shape
+
+
+@pytest.mark.parametrize("rtol", [1e-4, 1e-2])
+def test_verify_honours_the_tolerance(rtol):
+    """An output off by 0.5 x rtol (relative L2) passes, one off by 2 x rtol fails; both in
+    float64 (exact) and rounded to float32."""
+    import numpy as np
+    from autotune.measure import verify
+    rng = np.random.default_rng(1)
+    ref = rng.standard_normal((16, 16, 8))
+    noise = rng.standard_normal(ref.shape)
+    noise *= np.linalg.norm(ref) / np.linalg.norm(noise)       # |noise| = |ref|
+    for dtype in (np.float64, np.float32):
+        for factor, passes in ((0.5, True), (0.99, True), (1.01, False), (2.0, False)):
+            out = (ref + factor * rtol * noise).astype(dtype)
+            err, msg = verify({"out": out}, {"out": ref}, rtol)
+            assert err == pytest.approx(factor * rtol, rel=1e-2)
+            assert (msg == "") == passes, (dtype, factor, err, msg)
+            if not passes:
+                assert f"relative L2 error {err:.3g} > rtol {rtol:g}" in msg
+
+
+@pytest.fixture
+def hostile(w, tmp_path):
+    h = WorkerHandle(spec(w, tmp_path), "hostile_plans:HostilePlan", start_timeout_s=120)
+    yield h
+    h.close()
+
+
+def test_worker_tolerance_and_non_finite_outputs(w, plans, hostile):
+    """Through the worker: outputs scaled by (1 + 0.5 rtol) pass, by (1 + 2 rtol) fail; an
+    inf, -inf or NaN in an output fails verification."""
+    base = plans["heuristic"]
+    half = hostile.measure(dataclasses.replace(base, name="scale:0.5"), QUICK, 120, None)
+    assert half.status == "ok", half.error
+    assert half.rel_err == pytest.approx(0.5 * w.rtol, rel=0.05)
+    double = hostile.measure(dataclasses.replace(base, name="scale:2"), QUICK, 120, None)
+    assert double.status == "failed" and double.median_s is None
+    assert double.rel_err == pytest.approx(2 * w.rtol, rel=0.05)
+    assert f"> rtol {w.rtol:g}" in double.error
+    for bad in ("inf", "-inf", "nan"):
+        m = hostile.measure(dataclasses.replace(base, name=bad), QUICK, 120, None)
+        assert m.status == "failed" and "non-finite values" in m.error, (bad, m)
+        assert m.rel_err == math.inf
