@@ -194,10 +194,45 @@ def test_load_best_ignores_a_plan_cached_for_other_versions(w, tmp_path, part):
         assert db.add_trial(other, "tpe-seed0", 0, foreign.to_json(), "ok", 1e-3, 1e-9)
         assert db.best(other.key) is not None          # it is cached ... under the other key
         assert db.best(current.key) is None
-    with pytest.warns(NoCachedPlanWarning):
+    label = {"libraries_json": "library versions", "device_json": "device",
+             "space_version": "search space"}[part]
+    with pytest.warns(NoCachedPlanWarning,
+                      match=rf"plans cached for trimul_outgoing do not apply here \({label} "
+                            r"changed\).*using the heuristic plan"):
         fn = autotune.load_best(w, device="cpu", db=path)
     assert fn.cand.name == "heuristic"
     assert_matches_reference(w, fn, seed=6)
+
+
+def test_load_best_uses_a_plan_cached_under_schema_1_after_migration(w, tmp_path):
+    """A plan cached by the schema-1 code (key with schema_version 1) is still this
+    machine's plan: opening migrates the file and re-keys it, so load_best uses it."""
+    import sqlite3
+    from sqlite_utils import Database
+    from db.schema import MIGRATIONS
+    path = tmp_path / "old.sqlite"
+    old = PlanKey(**{**cpu_key(w).parts(), "schema_version": 1})
+    plan = named_plan(SearchSpace(w, tile_bounds("cpu")), "greedy")
+    plan = Candidate(plan.fused, plan.layouts, plan.schedules, "cached-under-v1")
+    conn = sqlite3.connect(str(path), isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    MIGRATIONS[1](Database(conn))
+    conn.execute("INSERT INTO meta VALUES ('schema_version', '1')")
+    conn.execute("INSERT INTO best_plans VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 (*old.columns().values(), w.name, plan.to_json(), 0.01, 0.01, "tpe-seed0", 0,
+                  "2026-01-01"))
+    conn.execute("INSERT INTO trials (plan_key, workload_hash, space_version, device_json, "
+                 "libraries_json, schema_version, study, number, candidate_json, status, "
+                 "measured_s, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 (*old.columns().values(), "tpe-seed0", 0, plan.to_json(), "ok", 0.01,
+                  "2026-01-01"))
+    conn.execute("COMMIT")
+    conn.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoCachedPlanWarning)
+        fn = autotune.load_best(w, device="cpu", db=path)
+    assert fn.cand.name == "cached-under-v1" and fn.cand.key == plan.key
+    assert_matches_reference(w, fn, seed=8)
 
 
 # ---- 2. the CLI --------------------------------------------------------------------------------
