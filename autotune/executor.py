@@ -99,6 +99,9 @@ class CompiledPlan:
         self.logical: dict[str, np.ndarray] = {}
         for t in sorted(mats - set(w.outputs)):
             self._alloc(t)
+        for o in w.outputs:
+            self._last_out[o] = np.zeros(w.shapes[o], dtype=self.dtype)
+            self._last_out[o].fill(0)
         self.fns = {a: getattr(self.lib, k.name) for a, k in self.kernels.items()}
         for f in self.fns.values():
             f.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
@@ -108,6 +111,7 @@ class CompiledPlan:
         shape = self.w.shapes[t]
         perm = self.cand.layout(t, len(shape))
         store = np.empty([shape[d] for d in perm], dtype=self.dtype)
+        store.fill(0)   # fault the pages in now, so the first run's time is a steady-state one
         self.storage[t] = store
         self.logical[t] = store.transpose(np.argsort(perm))
 

@@ -33,9 +33,10 @@ class Measurement:
 @dataclass(frozen=True)
 class MeasureSettings:
     """How hard to measure: runs after the checked one, and when to stop early."""
-    warmup: int = 0                # the checked run already warms caches, pages and code
+    warmup: int = 0                # the checked run already warms caches and code
     repeats: int = 3
-    give_up_factor: float = 1.5    # a checked run this much slower than the best: no repeats
+    give_up_factor: float = 1.3    # a checked run this much slower than the best: no repeats
+                                   # (buffers are pre-faulted, so the first run is steady-state)
     contend_factor: float = 1.1    # both first runs this much slower: stop after two
 
 

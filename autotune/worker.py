@@ -92,8 +92,7 @@ def _measure_one(w, cand, inputs, ref, settings: MeasureSettings, best_s, spec, 
             return Measurement("ok", first, (first,), err)  # far off the best: one run tells
         for _ in range(settings.warmup):
             plan(**inputs)
-        # the checked run is a timed sample too: the median of it and the repeats absorbs
-        # its first-touch page faults
+        # the checked run is a timed sample too (the plan pre-faults its buffers)
         times = [first]
         for _ in range(settings.repeats - 1):
             t0 = time.perf_counter()
