@@ -223,15 +223,22 @@ __attribute__((simd("notinbranch"))) double log(double);
 """
 
 
-def generate(w: Workload, cand: Candidate) -> tuple[str, list[GroupKernel]]:
-    """C source for every loop group of ``cand`` and the argument lists of its functions."""
+def generate_units(w: Workload, cand: Candidate) -> list[tuple[str, GroupKernel]]:
+    """One self-contained C source per loop group (compiled and cached separately, so that
+    candidates differing in one group recompile only that group)."""
     ctype, suf = C_TYPES[w.dtype]
     mats = materialized(w, cand.fused_pairs)
-    parts, kernels = [PRELUDE], []
+    out = []
     for k, g in enumerate(groups(w, cand.fused_pairs)):
         if cand.schedule(g.anchor).impl != IMPL_LOOP:
             continue
         src, kern = _Emitter(w, cand, g, ctype, suf).emit(k, mats)
-        parts.append(src)
-        kernels.append(kern)
-    return "\n\n".join(parts) + "\n", kernels
+        out.append((PRELUDE + "\n" + src + "\n", kern))
+    return out
+
+
+def generate(w: Workload, cand: Candidate) -> tuple[str, list[GroupKernel]]:
+    """C source for every loop group of ``cand`` and the argument lists of its functions."""
+    units = generate_units(w, cand)
+    body = "\n\n".join(src.removeprefix(PRELUDE) for src, _ in units)
+    return PRELUDE + body, [k for _, k in units]

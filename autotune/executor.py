@@ -23,7 +23,7 @@ from search_spaces.gemm import gemm_form
 from search_spaces.partition import groups, materialized
 from search_spaces.workload import Workload
 
-from .codegen_c import generate
+from .codegen_c import generate, generate_units
 
 # -ffast-math lets reductions vectorise; -fno-finite-math-only keeps -INFINITY (max= init) and
 # NaN outputs meaningful, so verification still sees them.
@@ -88,10 +88,12 @@ class CompiledPlan:
     def __init__(self, w: Workload, cand: Candidate, cache_dir: Path):
         self.w, self.cand = w, cand
         self.dtype = np.dtype(w.dtype)
-        src, kernels = generate(w, cand)
-        self.source = src
-        self.lib = ctypes.CDLL(str(compile_source(src, cache_dir))) if kernels else None
-        self.kernels = {k.anchor: k for k in kernels}
+        units = generate_units(w, cand)
+        self.source = generate(w, cand)[0]
+        # one library per group: a neighbouring candidate recompiles only the groups it changes
+        self.libs = {k.anchor: ctypes.CDLL(str(compile_source(src, cache_dir)))
+                     for src, k in units}
+        self.kernels = {k.anchor: k for _, k in units}
         self.groups = groups(w, cand.fused_pairs)
         mats = materialized(w, cand.fused_pairs)
         self.storage: dict[str, np.ndarray] = {}
@@ -102,7 +104,7 @@ class CompiledPlan:
         for o in w.outputs:
             self._last_out[o] = np.zeros(w.shapes[o], dtype=self.dtype)
             self._last_out[o].fill(0)
-        self.fns = {a: getattr(self.lib, k.name) for a, k in self.kernels.items()}
+        self.fns = {a: getattr(self.libs[a], k.name) for a, k in self.kernels.items()}
         for f in self.fns.values():
             f.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
             f.restype = None
