@@ -21,16 +21,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
-def parse_dims(text: str) -> dict[str, int]:
-    out = {}
-    for part in filter(None, (p.strip() for p in (text or "").split(","))):
-        k, sep, v = part.partition("=")
-        if not sep or not k.strip() or not v.strip().isdigit():
-            raise SystemExit(f"--dims: {part!r} is not NAME=INTEGER (example: --dims N=702)")
-        out[k.strip()] = int(v)
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -52,12 +42,13 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--rounds must be at least 1")
 
     from autotune.bench import BenchError, format_table, run_bench
+    from autotune.cli_common import CliError, parse_dims
     from search_spaces import WorkloadError, load_workload
 
     command = [sys.executable, *sys.argv] if argv is None else [sys.executable, __file__, *argv]
     try:
         w = load_workload(args.workload, parse_dims(args.dims))
-    except WorkloadError as e:
+    except (WorkloadError, CliError) as e:
         raise SystemExit(str(e))
     try:
         result = run_bench(w, "cpu", args.peers, args.rounds, args.db, args.search_budget,

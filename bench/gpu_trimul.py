@@ -61,16 +61,6 @@ GEMM_N = 8192
 COPY_BYTES = 1 << 30
 
 
-def parse_dims(text: str) -> dict[str, int]:
-    out = {}
-    for part in filter(None, (p.strip() for p in (text or "").split(","))):
-        k, sep, v = part.partition("=")
-        if not sep or not k.strip() or not v.strip().isdigit():
-            raise SystemExit(f"--dims: {part!r} is not NAME=INTEGER (example: --dims N=702)")
-        out[k.strip()] = int(v)
-    return out
-
-
 def version(dist: str) -> str | None:
     try:
         return metadata.version(dist)
@@ -258,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     from costmodel import estimate, preset
     from db.keys import PlanKey
     from db.store import PlanDB
+    from autotune.cli_common import CliError, parse_dims
     from search_spaces import WorkloadError, load_workload
     from search_spaces.candidate import Candidate
     from search_spaces.plans import named_plan
@@ -270,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     try:
         w = load_workload(args.workload, parse_dims(args.dims))
-    except WorkloadError as e:
+    except (WorkloadError, CliError) as e:
         raise SystemExit(str(e))
     dims_txt = ",".join(f"{k}={v}" for k, v in w.dims)
     db_path = Path(args.db) if args.db else None
