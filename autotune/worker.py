@@ -6,6 +6,8 @@ one for the next candidate.
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import multiprocessing as mp
 import os
 import signal
@@ -59,6 +61,10 @@ def _serve(conn, spec: WorkerSpec, make_plan) -> None:
     w = load_workload(name, dict(spec.dims))
     inputs = w.random_inputs(spec.seed)
     ref = load_or_compute_reference(w, inputs, Path(spec.cache_dir), spec.seed)
+    if "pool" in inspect.signature(make_plan).parameters:
+        # host buffers pass from one candidate to the next instead of being faulted in anew
+        from .executor import BufferPool
+        make_plan = functools.partial(make_plan, pool=BufferPool())
     conn.send(("ready", None))
     while True:
         msg = conn.recv()
@@ -71,38 +77,10 @@ def _serve(conn, spec: WorkerSpec, make_plan) -> None:
 
 def _measure_one(w, cand, inputs, ref, settings: MeasureSettings, best_s, spec, make_plan
                  ) -> Measurement:
+    plan = None
     try:
         plan = make_plan(w, cand, Path(spec.cache_dir) / "kernels")
-        if hasattr(plan, "timed_call"):
-            # device plans: inputs uploaded once, runs timed with device events, so host
-            # transfers (250 MB each way at N=702) do not swamp kernels of a few ms
-            outs, times = plan.timed_call(inputs, settings.warmup, settings.repeats)
-            err, msg = verify(outs, ref, w.rtol)
-            if msg:
-                return Measurement("failed", rel_err=err, error=msg)
-            return Measurement("ok", statistics.median(times), tuple(times), err)
-        t0 = time.perf_counter()
-        outs = plan(**inputs)
-        first = time.perf_counter() - t0
-        err, msg = verify(outs, ref, w.rtol)
-        if msg:
-            return Measurement("failed", rel_err=err, error=msg)
-        del outs
-        if best_s is not None and first > settings.give_up_factor * best_s:
-            return Measurement("ok", first, (first,), err)  # far off the best: one run tells
-        for _ in range(settings.warmup):
-            plan(**inputs)
-        # the checked run is a timed sample too (the plan pre-faults its buffers)
-        times = [first]
-        for _ in range(settings.repeats - 1):
-            t0 = time.perf_counter()
-            plan(**inputs)
-            times.append(time.perf_counter() - t0)
-            # not in contention for the best after two runs: more repeats only cost time
-            if best_s is not None and len(times) == 2 and \
-                    min(times) > settings.contend_factor * best_s:
-                break
-        return Measurement("ok", statistics.median(times), tuple(times), err)
+        return _run(w, plan, inputs, ref, settings, best_s)
     except MemoryError:
         # the frames holding the candidate's arrays are gone once we return: the worker
         # serves the next candidate with its memory back
@@ -111,6 +89,43 @@ def _measure_one(w, cand, inputs, ref, settings: MeasureSettings, best_s, spec, 
     except Exception as e:  # compile errors, codegen bugs: the trial fails, the search goes on
         last = traceback.format_exception_only(type(e), e)[-1].strip()
         return Measurement("failed", error=last[:500])
+    finally:
+        if plan is not None and hasattr(plan, "release"):
+            plan.release()
+
+
+def _run(w, plan, inputs, ref, settings: MeasureSettings, best_s) -> Measurement:
+    """Verify the first run, then time repeats until the candidate cannot be the best."""
+    if hasattr(plan, "timed_call"):
+        # device plans: inputs uploaded once, runs timed with device events, so host
+        # transfers (250 MB each way at N=702) do not swamp kernels of a few ms
+        outs, times = plan.timed_call(inputs, settings.warmup, settings.repeats)
+        err, msg = verify(outs, ref, w.rtol)
+        if msg:
+            return Measurement("failed", rel_err=err, error=msg)
+        return Measurement("ok", statistics.median(times), tuple(times), err)
+    t0 = time.perf_counter()
+    outs = plan(**inputs)
+    first = time.perf_counter() - t0
+    err, msg = verify(outs, ref, w.rtol)
+    if msg:
+        return Measurement("failed", rel_err=err, error=msg)
+    del outs
+    if best_s is not None and first > settings.give_up_factor * best_s:
+        return Measurement("ok", first, (first,), err)  # far off the best: one run tells
+    for _ in range(settings.warmup):
+        plan(**inputs)
+    # the checked run is a timed sample too (the plan pre-faults its buffers)
+    times = [first]
+    for _ in range(settings.repeats - 1):
+        t0 = time.perf_counter()
+        plan(**inputs)
+        times.append(time.perf_counter() - t0)
+        # not in contention for the best after two runs: more repeats only cost time
+        if best_s is not None and len(times) == 2 and \
+                min(times) > settings.contend_factor * best_s:
+            break
+    return Measurement("ok", statistics.median(times), tuple(times), err)
 
 
 def worker_main(conn, spec: WorkerSpec, make_plan_path: str) -> None:
