@@ -20,7 +20,8 @@ not timed:
 
 Timing is in interleaved rounds: every round runs each contender once, in a shuffled order; the
 median and the minimum are reported, with ratios to XLA's median and to the floor
-``max(useful flops / GEMM rate, compulsory bytes / bandwidth)`` of the calibrated device spec.
+``max(useful flops / peak FMA rate, compulsory bytes / bandwidth)`` of the calibrated device
+spec (the machine's limit; the same flops at the library GEMM rate are reported too).
 The JSON record (:meth:`BenchResult.to_dict`) goes to ``out_dir`` with the command line, the
 machine, the versions and every time.
 """
@@ -171,14 +172,19 @@ def compulsory_bytes(w: Workload) -> int:
 
 
 def floor_of(w: Workload, spec, calibrated: bool | None = None) -> dict:
-    """The roofline floor of ``w`` on a cost-model device spec."""
+    """The roofline floor of ``w`` on a cost-model device spec: useful flops at the peak FMA
+    rate (the machine's limit) or compulsory bytes at the copy bandwidth, whichever is longer.
+    The same flops at the library GEMM rate are reported beside it (``gemm_floor_s``): what a
+    plan whose every flop ran in BLAS would take."""
     flops = w.flops()
     nbytes = compulsory_bytes(w)
-    compute = flops / spec.gemm_flops
+    compute = flops / spec.f32_flops
     memory = nbytes / spec.bandwidth
-    return {"useful_flops": flops, "compulsory_bytes": nbytes, "gemm_flops": spec.gemm_flops,
-            "bandwidth": spec.bandwidth, "compute_s": compute, "memory_s": memory,
-            "floor_s": max(compute, memory), "bound": "compute" if compute >= memory else "memory",
+    return {"useful_flops": flops, "compulsory_bytes": nbytes, "peak_flops": spec.f32_flops,
+            "gemm_flops": spec.gemm_flops, "bandwidth": spec.bandwidth, "compute_s": compute,
+            "memory_s": memory, "floor_s": max(compute, memory),
+            "gemm_floor_s": max(flops / spec.gemm_flops, memory),
+            "bound": "compute" if compute >= memory else "memory",
             "spec": spec.name, "calibrated": calibrated}
 
 
@@ -702,10 +708,21 @@ def format_table(result) -> str:
                          f"{why}: {c.get('error', '')}")
     cal = {True: "calibrated", False: "NOT calibrated: run `autotune calibrate`",
            None: "datasheet"}[fl.get("calibrated")]
-    lines.append(f"floor {fmt_s(fl['floor_s'])} ({fl['bound']}-bound) = max({fl['useful_flops']:.4g} "
-                 f"useful flops / {fl['gemm_flops'] / 1e9:.1f} GFLOP/s = {fmt_s(fl['compute_s'])}, "
-                 f"{fl['compulsory_bytes']:.4g} bytes / {fl['bandwidth'] / 1e9:.1f} GB/s = "
-                 f"{fmt_s(fl['memory_s'])}) [{fl['spec']}, {cal}]")
+    peak = fl.get("peak_flops")
+    if peak:     # results written before the peak rate was measured lack it
+        lines.append(f"floor {fmt_s(fl['floor_s'])} ({fl['bound']}-bound) = max("
+                     f"{fl['useful_flops']:.4g} useful flops / {peak / 1e9:.1f} GFLOP/s peak = "
+                     f"{fmt_s(fl['compute_s'])}, {fl['compulsory_bytes']:.4g} bytes / "
+                     f"{fl['bandwidth'] / 1e9:.1f} GB/s = {fmt_s(fl['memory_s'])}) "
+                     f"[{fl['spec']}, {cal}]")
+        lines.append(f"  at the library GEMM rate ({fl['gemm_flops'] / 1e9:.1f} GFLOP/s) the "
+                     f"same flops take {fmt_s(fl['gemm_floor_s'])}")
+    else:
+        lines.append(f"floor {fmt_s(fl['floor_s'])} ({fl['bound']}-bound) = max("
+                     f"{fl['useful_flops']:.4g} useful flops / {fl['gemm_flops'] / 1e9:.1f} "
+                     f"GFLOP/s = {fmt_s(fl['compute_s'])}, {fl['compulsory_bytes']:.4g} bytes / "
+                     f"{fl['bandwidth'] / 1e9:.1f} GB/s = {fmt_s(fl['memory_s'])}) "
+                     f"[{fl['spec']}, {cal}]")
     bp = d.get("best_plan") or {}
     if bp.get("summary"):
         lines.append(f"best plan: {bp['summary']}")

@@ -1,9 +1,10 @@
 """Calibration of the ``cpu`` device spec: measure this machine instead of guessing it.
 
 ``autotune calibrate --device cpu`` measures the library GEMM rate (``np.matmul`` of float32
-square matrices) and the copy bandwidth (``np.copyto`` of large float32 arrays, bytes read plus
-bytes written), each the best of a few repeats, and stores them as JSON next to the plan
-database.  :func:`load_cpu_spec` returns :data:`costmodel.devices.CPU_DEFAULT` with those rates
+square matrices), the copy bandwidth (``np.copyto`` of large float32 arrays, bytes read plus
+bytes written) and the peak float32 FMA rate (a generated C loop of independent vector FMA
+chains on every core: the machine's compute limit, which benchmarks quote floors against), each
+the best of a few repeats, and stores them as JSON next to the plan database.  :func:`load_cpu_spec` returns :data:`costmodel.devices.CPU_DEFAULT` with those rates
 in place, so the cost model predicts for the machine at hand.
 """
 from __future__ import annotations
@@ -78,6 +79,69 @@ def measure_copy(mb: float = DEFAULT_COPY_MB, repeats: int = DEFAULT_REPEATS) ->
     return 2.0 * n * 4 / t
 
 
+# Ten independent chains of vector FMAs per thread, each in its own register: enough in flight
+# to cover the FMA latency (4-5 cycles) on two FMA ports, and few enough that the chains, m and
+# c fit in 16 AVX2 registers without spilling.  Vectors are the widest the compiler targets
+# (-march=native).  m < 1 keeps the values finite; the sum keeps the work alive.
+_PEAK_SRC = r"""
+#include <omp.h>
+#if defined(__AVX512F__)
+#define LANES 16
+#elif defined(__AVX__)
+#define LANES 8
+#else
+#define LANES 4
+#endif
+typedef float vf __attribute__((vector_size(LANES * 4)));
+int autotune_peak_lanes(void) { return LANES; }
+double autotune_peak(long iters, int *threads) {
+    double total = 0.0;
+    int used = 1;
+    #pragma omp parallel reduction(+:total)
+    {
+        vf m, c;
+        for (int l = 0; l < LANES; l++) { m[l] = 0.999999f; c[l] = 1e-3f * (l + 1); }
+        vf a0 = c, a1 = c * 2, a2 = c * 3, a3 = c * 4, a4 = c * 5;
+        vf a5 = c * 6, a6 = c * 7, a7 = c * 8, a8 = c * 9, a9 = c * 10;
+        for (long i = 0; i < iters; i++) {
+            a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
+            a4 = a4 * m + c; a5 = a5 * m + c; a6 = a6 * m + c; a7 = a7 * m + c;
+            a8 = a8 * m + c; a9 = a9 * m + c;
+        }
+        vf s = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9;
+        for (int l = 0; l < LANES; l++) total += s[l];
+        #pragma omp single
+        used = omp_get_num_threads();
+    }
+    *threads = used;
+    return total;
+}
+"""
+_PEAK_CHAINS = 10
+
+
+def measure_peak_flops(repeats: int = DEFAULT_REPEATS, iters: int = 50_000_000,
+                       cache_dir: Path | None = None) -> float:
+    """Peak float32 flop/s of this machine: FMA chains on every core, best of ``repeats``."""
+    import ctypes
+    from .executor import compile_source
+    lib = ctypes.CDLL(str(compile_source(_PEAK_SRC, cache_dir or default_db_dir() / "kernels")))
+    lanes = int(lib.autotune_peak_lanes())
+    fn = lib.autotune_peak
+    fn.argtypes = [ctypes.c_long, ctypes.POINTER(ctypes.c_int)]
+    fn.restype = ctypes.c_double
+    threads = ctypes.c_int(1)
+    total = 0.0
+
+    def run():
+        nonlocal total
+        total = fn(iters, ctypes.byref(threads))
+    t = _best_time(run, repeats)
+    if not math.isfinite(total):
+        raise RuntimeError("peak-flops loop produced a non-finite sum")
+    return 2.0 * _PEAK_CHAINS * lanes * iters * threads.value / t   # FMA = 2 flops
+
+
 def _cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -105,6 +169,10 @@ def measure(gemm_n: int = DEFAULT_GEMM_N, copy_mb: float = DEFAULT_COPY_MB,
     """Measure this machine; returns the calibration record (not yet stored)."""
     gemm = measure_gemm(gemm_n, repeats)
     bw = measure_copy(copy_mb, repeats)
+    try:
+        peak = measure_peak_flops(repeats)
+    except (OSError, RuntimeError) as e:     # no C compiler, or it failed: the rest still holds
+        peak, why = None, f"{type(e).__name__}: {e}"
     rec = {
         "version": CALIBRATION_VERSION,
         "device": "cpu",
@@ -121,6 +189,10 @@ def measure(gemm_n: int = DEFAULT_GEMM_N, copy_mb: float = DEFAULT_COPY_MB,
         "loop_flops": max(CPU_DEFAULT.loop_flops, LOOP_FRACTION * gemm),
         "parallel_units": _cores(),
     }
+    if peak is not None:
+        rec["f32_flops"] = peak
+    else:
+        rec["f32_flops_error"] = why[:300]
     llc = _last_level_cache()
     if llc:
         rec["cache_bytes"] = llc
@@ -156,7 +228,7 @@ def calibrate_cpu(gemm_n: int = DEFAULT_GEMM_N, copy_mb: float = DEFAULT_COPY_MB
 
 
 # fields of DeviceSpec a calibration record may set, and their types
-_FIELDS = {"gemm_flops": float, "bandwidth": float, "loop_flops": float,
+_FIELDS = {"gemm_flops": float, "bandwidth": float, "loop_flops": float, "f32_flops": float,
            "cache_bytes": float, "parallel_units": int}
 
 

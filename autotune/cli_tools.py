@@ -112,7 +112,7 @@ def calibrate(device: str = typer.Option("cpu", help="only cpu: GPU specs are da
               copy_mb: float = typer.Option(256.0, "--copy-mb", min=0.001,
                                             help="MB per array in the copy-bandwidth test"),
               repeats: int = typer.Option(3, min=1, help="best of this many runs")):
-    """Measure this machine's GEMM rate and copy bandwidth for the cpu cost-model spec."""
+    """Measure this machine's GEMM rate, copy bandwidth and peak FMA rate for the cpu spec."""
     from autotune.calibrate import calibrate_cpu
     if device != "cpu":
         raise CliError(f"--device {device!r}: only cpu is calibrated (GPU specs are datasheet "
@@ -125,6 +125,11 @@ def calibrate(device: str = typer.Option("cpu", help="only cpu: GPU specs are da
                f"{gemm_n}x{gemm_n}, best of {repeats})")
     typer.echo(f"bandwidth:  {rec['bandwidth'] / 1e9:.2f} GB/s  (np.copyto float32 "
                f"{rec['copy_bytes'] / 1e6:.0f} MB, read+write, best of {repeats})")
+    if "f32_flops" in rec:
+        typer.echo(f"peak:       {rec['f32_flops'] / 1e9:.1f} GFLOP/s  (float32 FMA chains on "
+                   f"every core, best of {repeats})")
+    else:
+        typer.echo(f"peak:       not measured ({rec.get('f32_flops_error', '?')})")
     typer.echo(f"loop:       {rec['loop_flops'] / 1e9:.1f} GFLOP/s  (not measured: "
                f"max(default, 0.15 x gemm))")
     typer.echo(f"cores:      {rec['parallel_units']}"

@@ -52,7 +52,12 @@ def test_run_bench_searches_times_and_saves(searched):
     torch = res.contender("torch")
     if torch.status != "ok":                 # not installed here: skipped with the reason
         assert torch.status == "skipped" and "PyTorch" in torch.error
-    assert res.floor["floor_s"] == max(res.floor["compute_s"], res.floor["memory_s"]) > 0
+    fl = res.floor
+    assert fl["floor_s"] == max(fl["compute_s"], fl["memory_s"]) > 0
+    # the floor is the machine's limit (peak FMA rate); the library GEMM rate is quoted beside it
+    assert fl["compute_s"] == pytest.approx(fl["useful_flops"] / fl["peak_flops"])
+    assert fl["gemm_floor_s"] == pytest.approx(max(fl["useful_flops"] / fl["gemm_flops"],
+                                                   fl["memory_s"]))
     path = root / "results" / "bench-trimul_outgoing-N12-C8-cpu.json"
     assert res.json_path == str(path)
     rec = json.loads(path.read_text())
