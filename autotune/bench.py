@@ -30,14 +30,12 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
-import multiprocessing as mp
 import os
 import platform
 import random
 import shlex
 import statistics
 import sys
-import tempfile
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -49,6 +47,8 @@ import numpy as np
 
 from search_spaces.workload import Workload
 
+from .bench_runners import (PEER_BUILDERS, Context, Runner, first_line, plan_runner,
+                            run_greedy)
 from .peers import PeerUnavailable   # a builder raises it when its framework is missing
 
 PEER_NAMES = ("jax", "torch", "inductor", "iree")
@@ -133,10 +133,6 @@ class BenchResult:
 
 
 # ---- helpers ----------------------------------------------------------------------------------
-def first_line(e: BaseException) -> str:
-    return (f"{type(e).__name__}: {e}".splitlines() or [type(e).__name__])[0]
-
-
 def _version(dist: str) -> str | None:
     try:
         return metadata.version(dist)
@@ -188,242 +184,6 @@ def floor_of(w: Workload, spec, calibrated: bool | None = None) -> dict:
             "spec": spec.name, "calibrated": calibrated}
 
 
-# ---- runners ----------------------------------------------------------------------------------
-@dataclass
-class Runner:
-    """A contender ready to run: ``call()`` runs once (synchronised) and returns its outputs;
-    ``to_host`` turns them into ``{name: ndarray}`` for the check."""
-    call: Callable[[], Any]
-    to_host: Callable[[Any], dict]
-    detail: dict = field(default_factory=dict)
-
-
-@dataclass
-class Context:
-    """What a runner builder gets."""
-    w: Workload
-    inputs: dict                 # host NumPy arrays
-    kind: str                    # "cpu" | "cuda"
-    cache_root: Path
-    compute_capability: str = ""
-
-
-def _np_outputs(outs) -> dict:
-    return {k: np.asarray(v) for k, v in outs.items()}
-
-
-def plan_runner(ctx: Context, cand) -> Runner:
-    """A plan of ours: the C/OpenMP executor, or the CUDA one (inputs uploaded once)."""
-    from .api import make_executable
-    plan = make_executable(ctx.w, cand, ctx.kind, ctx.cache_root)
-    if ctx.kind == "cpu":
-        inputs = ctx.inputs
-        return Runner(lambda: plan(**inputs), _np_outputs)
-    dev = plan.upload(ctx.inputs)
-
-    def call():
-        outs = plan.run_device(**dev)
-        plan.rt.synchronize()
-        return outs
-    return Runner(call, lambda outs: {k: plan.rt.to_host(v) for k, v in outs.items()})
-
-
-def _import_jax():
-    try:
-        import jax
-    except Exception as e:
-        raise PeerUnavailable(f"JAX is not installed ({first_line(e)}); install it with "
-                              f"`pip install 'jax[cpu]'`") from None
-    return jax
-
-
-def _x64(jax, w: Workload):
-    import contextlib
-    return jax.enable_x64(True) if w.dtype == "float64" else contextlib.nullcontext()
-
-
-def jax_runner(ctx: Context) -> Runner:
-    """XLA through ``jax.jit`` at default precision; inputs placed on the device once."""
-    jax = _import_jax()
-    from .peers import jax_function
-    fn = jax_function(ctx.w, "default")
-    jdev = jax.devices("gpu" if ctx.kind == "cuda" else "cpu")[0]
-    with _x64(jax, ctx.w):
-        jin = {k: jax.device_put(v, jdev) for k, v in ctx.inputs.items()}
-    return Runner(lambda: jax.block_until_ready(fn(**jin)), _np_outputs,
-                  {"precision": "default", "device": str(jdev)})
-
-
-def _torch_runner(ctx: Context, compile: bool) -> Runner:
-    try:
-        import torch
-    except Exception as e:
-        raise PeerUnavailable(f"PyTorch is not installed ({first_line(e)}); install it with "
-                              f"`pip install torch`") from None
-    from .peers import torch_function
-    fn = torch_function(ctx.w, compile=compile)
-    tdev = "cuda" if ctx.kind == "cuda" else "cpu"
-    tin = {k: torch.as_tensor(v).to(tdev) for k, v in ctx.inputs.items()}
-    sync = torch.cuda.synchronize if tdev == "cuda" else (lambda: None)
-
-    def call():
-        outs = fn(**tin)
-        sync()
-        return outs
-    return Runner(call, lambda outs: {k: v.detach().cpu().numpy() for k, v in outs.items()},
-                  {"torch": torch.__version__, "device": tdev, "compile": compile})
-
-
-def torch_runner(ctx: Context) -> Runner:
-    """PyTorch eager."""
-    return _torch_runner(ctx, compile=False)
-
-
-def inductor_runner(ctx: Context) -> Runner:
-    """``torch.compile`` (TorchInductor); compiled on the checked call."""
-    return _torch_runner(ctx, compile=True)
-
-
-def stablehlo_text(w: Workload) -> str:
-    """The workload's JAX peer lowered to StableHLO: ``main(*inputs in declaration order)``
-    returning the outputs in declaration order."""
-    jax = _import_jax()
-    from .peers import jax_function
-    fn = jax_function(w, "default")
-    jitted = getattr(fn, "jitted", fn)
-    names, outs = w.input_names, w.outputs
-
-    def positional(*xs):
-        r = jitted(**dict(zip(names, xs)))
-        return tuple(r[o] for o in outs)
-    positional.__name__ = f"{w.name}_peer"
-    specs = [jax.ShapeDtypeStruct(shape, np.dtype(w.dtype)) for _, shape in w.inputs]
-    with _x64(jax, w):
-        lowered = jax.jit(positional).lower(*specs)
-        try:
-            return str(lowered.compiler_ir("stablehlo"))
-        except Exception:
-            return lowered.as_text()
-
-
-def iree_runner(ctx: Context) -> Runner:
-    """IREE: StableHLO from JAX, compiled for llvm-cpu (host CPU) or cuda, run by iree.runtime
-    on inputs placed on its device once."""
-    try:
-        import iree.compiler as ireec
-        import iree.runtime as ireert
-    except Exception as e:
-        raise PeerUnavailable(f"IREE is not installed ({first_line(e)}); install it with "
-                              f"`pip install iree-base-compiler iree-base-runtime`") from None
-    text = stablehlo_text(ctx.w)
-    if ctx.kind == "cuda":
-        target, driver = "cuda", "cuda"
-        cc = ctx.compute_capability.replace(".", "")
-        extra = [f"--iree-cuda-target=sm_{cc}"] if cc else []
-    else:
-        target, driver = "llvm-cpu", "local-task"
-        extra = ["--iree-llvmcpu-target-cpu=host"]
-    vmfb = ireec.compile_str(text, target_backends=[target], input_type="stablehlo",
-                             extra_args=extra)
-    config = ireert.Config(driver)
-    sysctx = ireert.SystemContext(config=config)
-    vm_module = ireert.VmModule.copy_buffer(sysctx.instance, vmfb)
-    sysctx.add_vm_module(vm_module)
-    main = sysctx.modules[vm_module.name]["main"]
-    args = [ireert.asdevicearray(config.device, np.ascontiguousarray(ctx.inputs[n]))
-            for n in ctx.w.input_names]
-    outs = ctx.w.outputs
-
-    def call():
-        r = main(*args)
-        r = tuple(r) if isinstance(r, (tuple, list)) else (r,)
-        return dict(zip(outs, r))
-
-    def to_host(res):
-        return {k: (v.to_host() if hasattr(v, "to_host") else np.asarray(v))
-                for k, v in res.items()}
-    return Runner(call, to_host, {"target": target, "driver": driver, "flags": extra,
-                                  "module": vm_module.name, "vmfb_bytes": len(vmfb)})
-
-
-PEER_BUILDERS: dict[str, Callable[[Context], Runner]] = {
-    "jax": jax_runner, "torch": torch_runner, "inductor": inductor_runner, "iree": iree_runner}
-
-
-# ---- the greedy plan, in a spawned subprocess ---------------------------------------------------
-def _greedy_child(spec: str, dims: dict, seed: int, kind: str, cache_dir: str, out_dir: str,
-                  conn) -> None:
-    """Compile and run the greedy plan once; report through ``conn``; outputs to ``out_dir``."""
-    try:
-        from autotune.api import make_executable, space_for
-        from search_spaces import load_workload
-        from search_spaces.plans import named_plan
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            w = load_workload(spec, dims)
-        inputs = w.random_inputs(seed=seed)
-        t0 = time.perf_counter()
-        fn = make_executable(w, named_plan(space_for(w, kind), "greedy"), kind, Path(cache_dir))
-        conn.send(("compiled", time.perf_counter() - t0))
-        t0 = time.perf_counter()
-        outs = fn(**inputs)
-        elapsed = time.perf_counter() - t0
-        np.savez(os.path.join(out_dir, "greedy.npz"), **outs)
-        conn.send(("done", elapsed))
-    except BaseException as e:  # reported to the parent
-        conn.send(("error", first_line(e)))
-
-
-def run_greedy(w: Workload, seed: int, kind: str, cache_dir: Path, timeout_s: float, ref,
-               compile_timeout_s: float = 600.0) -> dict:
-    """One run of the greedy plan in a spawned process: its time, or that it timed out."""
-    from .measure import verify
-    spec = w.source.removeprefix("builtin:")
-    if not spec:
-        return {"status": "skipped", "error": "the workload has no source a subprocess can load"}
-    ctx = mp.get_context("spawn")
-    with tempfile.TemporaryDirectory(prefix="greedy-") as tmp:
-        parent, child = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_greedy_child,
-                           args=(spec, w.dim_dict, seed, kind, str(cache_dir), tmp, child),
-                           daemon=True)
-        proc.start()
-        child.close()
-        res: dict = {"status": "failed", "timeout_s": timeout_s}
-        try:
-            if not parent.poll(compile_timeout_s):
-                res["error"] = f"no compiled plan after {compile_timeout_s:g} s"
-                return res
-            msg = parent.recv()
-            if msg[0] == "error":
-                res["error"] = msg[1]
-                return res
-            res["build_s"] = msg[1]
-            if not parent.poll(timeout_s):
-                res["status"] = "timed_out"
-                return res
-            msg = parent.recv()
-            if msg[0] == "error":
-                res["error"] = msg[1]
-                return res
-            res["time_s"] = msg[1]
-            with np.load(os.path.join(tmp, "greedy.npz")) as z:
-                err, why = verify({k: z[k] for k in z.files}, ref, w.rtol)
-            res["rel_err"] = err
-            res["status"] = "wrong" if why else "ok"
-            if why:
-                res["error"] = why
-            return res
-        except EOFError:
-            res["error"] = f"the subprocess died (exit code {proc.exitcode})"
-            return res
-        finally:
-            if proc.is_alive():
-                proc.kill()
-            proc.join(10)
-            parent.close()
-
-
 # ---- the benchmark ------------------------------------------------------------------------------
 def _parse_peers(peers) -> tuple[str, ...]:
     if isinstance(peers, str):
@@ -449,44 +209,18 @@ def _device_spec(env) -> tuple[Any, bool | None]:
     return spec, ok
 
 
-def run_bench(w: Workload, device: str = "cpu", peers=PEER_NAMES, rounds: int = 5, db=None,
-              search_budget: int | None = None, greedy_timeout_s: float | None = 60.0,
-              seed: int = 1, out_dir: str | os.PathLike | None = DEFAULT_OUT,
-              command: str | None = None, log: Callable[[str], None] | None = None
-              ) -> BenchResult:
-    """Benchmark ``w`` on ``device`` (see the module doc).  ``greedy_timeout_s=None`` skips the
-    greedy plan; ``out_dir=None`` writes no JSON; ``log`` receives progress lines."""
-    from costmodel import estimate
-    from db.store import default_db_path
-    from search_spaces.plans import named_plan
-
-    from . import __version__
-    from .api import best_candidate, cache_root, run_search, space_for
-    from .backends import resolve
-    from .measure import verify
-    from .reference import reference
-    from .report import plan_summary
-
-    say = log or (lambda s: None)
-    peers = _parse_peers(peers)
-    if rounds < 1:
-        raise BenchError("rounds must be at least 1")
-    if device == "cuda":
-        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # share the GPU
-    env = resolve(device)
-    spec, calibrated = _device_spec(env)
-    db_path = Path(db).expanduser() if db is not None else default_db_path()
+def _cached_or_searched(w: Workload, device: str, db_path: Path, search_budget: int | None,
+                        kind: str, say) -> tuple[Any, dict, dict | None]:
+    """The cached best plan (candidate, its DB row), searching ``search_budget`` trials first
+    when none is cached; the third item describes that search (None if none ran)."""
+    from .api import best_candidate, run_search
     dims_txt = ",".join(f"{k}={v}" for k, v in w.dims)
-    say(f"{w.name}  dims {dims_txt}  dtype {w.dtype}  on {env.name} ({env.cores} "
-        f"{'cores' if env.kind == 'cpu' else 'SMs'});  plan database {db_path}")
-
-    # -- the cached best plan (searching first when asked to) --------------------------------
     cand, row = best_candidate(w, device, db_path) if db_path.exists() else (None, None)
     searched = None
     if cand is None:
         if not search_budget:
             raise BenchError(
-                f"no plan cached for {w.name} ({dims_txt}) on this {env.kind} in {db_path}; "
+                f"no plan cached for {w.name} ({dims_txt}) on this {kind} in {db_path}; "
                 f"run `autotune search {w.source.removeprefix('builtin:') or w.name} --dims "
                 f"{dims_txt} --device {device} --db {db_path}` first, or pass --search-budget N")
         from .search import SearchConfig
@@ -508,6 +242,84 @@ def run_bench(w: Workload, device: str = "cpu", peers=PEER_NAMES, rounds: int = 
                              f"for {w.name}")
         say(f"searched {search_budget} trials in {searched['wall_s']:.1f} s: best "
             f"{fmt_s(row['measured_s'])} in the search")
+    return cand, row, searched
+
+
+def _check_outputs(w: Workload, runners: dict, rows: dict, ref, say) -> None:
+    """Every contender's outputs against the reference, before any timing: a failing or wrong
+    one is recorded and dropped from ``runners``."""
+    from .measure import verify
+    for name in list(runners):
+        r, info = runners[name], rows[name]
+        try:
+            t0 = time.perf_counter()
+            outs = r.call()
+            info["first_call_s"] = time.perf_counter() - t0
+            err, why = verify(r.to_host(outs), ref, w.rtol)
+            del outs
+            r.call()                            # one more untimed warm-up run
+        except Exception as e:
+            info.update(status="failed", error=first_line(e))
+            say(f"{name}: FAILED: {info['error']}")
+            del runners[name]
+            continue
+        info["rel_err"] = err
+        if why:
+            info.update(status="wrong", error=why)
+            say(f"{name}: WRONG ({why}); not timed")
+            del runners[name]
+            continue
+        info["status"] = "ok"
+        say(f"{name}: rel err {err:.2g}  (first call {fmt_s(info['first_call_s'])})")
+
+
+def _time_rounds(runners: dict, rounds: int, seed: int, say) -> dict[str, list[float]]:
+    """Interleaved rounds: each contender once per round, in a shuffled order."""
+    times: dict[str, list[float]] = {n: [] for n in runners}
+    rng = random.Random(seed)
+    for k in range(rounds):
+        order = list(runners)
+        rng.shuffle(order)
+        for name in order:
+            t0 = time.perf_counter()
+            out = runners[name].call()
+            times[name].append(time.perf_counter() - t0)
+            del out
+        say(f"round {k + 1}/{rounds}: " + "  ".join(f"{n} {fmt_s(times[n][-1])}" for n in order))
+    return times
+
+
+def run_bench(w: Workload, device: str = "cpu", peers=PEER_NAMES, rounds: int = 5, db=None,
+              search_budget: int | None = None, greedy_timeout_s: float | None = 60.0,
+              seed: int = 1, out_dir: str | os.PathLike | None = DEFAULT_OUT,
+              command: str | None = None, log: Callable[[str], None] | None = None
+              ) -> BenchResult:
+    """Benchmark ``w`` on ``device`` (see the module doc).  ``greedy_timeout_s=None`` skips the
+    greedy plan; ``out_dir=None`` writes no JSON; ``log`` receives progress lines."""
+    from costmodel import estimate
+    from db.store import default_db_path
+    from search_spaces.plans import named_plan
+
+    from . import __version__
+    from .api import cache_root, space_for
+    from .backends import resolve
+    from .reference import reference
+    from .report import plan_summary
+
+    say = log or (lambda s: None)
+    peers = _parse_peers(peers)
+    if rounds < 1:
+        raise BenchError("rounds must be at least 1")
+    if device == "cuda":
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # share the GPU
+    env = resolve(device)
+    spec, calibrated = _device_spec(env)
+    db_path = Path(db).expanduser() if db is not None else default_db_path()
+    dims_txt = ",".join(f"{k}={v}" for k, v in w.dims)
+    say(f"{w.name}  dims {dims_txt}  dtype {w.dtype}  on {env.name} ({env.cores} "
+        f"{'cores' if env.kind == 'cpu' else 'SMs'});  plan database {db_path}")
+
+    cand, row, searched = _cached_or_searched(w, device, db_path, search_budget, env.kind, say)
 
     inputs = w.random_inputs(seed=seed)
     t0 = time.perf_counter()
@@ -548,42 +360,8 @@ def run_bench(w: Workload, device: str = "cpu", peers=PEER_NAMES, rounds: int = 
     for name in peers:
         build(name, "peer", lambda name=name: PEER_BUILDERS[name](ctx))
 
-    # -- every contender's outputs against the reference, before any timing -------------------
-    for name in list(runners):
-        r, info = runners[name], rows[name]
-        try:
-            t0 = time.perf_counter()
-            outs = r.call()
-            info["first_call_s"] = time.perf_counter() - t0
-            err, why = verify(r.to_host(outs), ref, w.rtol)
-            del outs
-            r.call()                            # one more untimed warm-up run
-        except Exception as e:
-            info.update(status="failed", error=first_line(e))
-            say(f"{name}: FAILED: {info['error']}")
-            del runners[name]
-            continue
-        info["rel_err"] = err
-        if why:
-            info.update(status="wrong", error=why)
-            say(f"{name}: WRONG ({why}); not timed")
-            del runners[name]
-            continue
-        info["status"] = "ok"
-        say(f"{name}: rel err {err:.2g}  (first call {fmt_s(info['first_call_s'])})")
-
-    # -- interleaved rounds --------------------------------------------------------------------
-    times: dict[str, list[float]] = {n: [] for n in runners}
-    rng = random.Random(seed)
-    for k in range(rounds):
-        order = list(runners)
-        rng.shuffle(order)
-        for name in order:
-            t0 = time.perf_counter()
-            out = runners[name].call()
-            times[name].append(time.perf_counter() - t0)
-            del out
-        say(f"round {k + 1}/{rounds}: " + "  ".join(f"{n} {fmt_s(times[n][-1])}" for n in order))
+    _check_outputs(w, runners, rows, ref, say)
+    times = _time_rounds(runners, rounds, seed, say)
     runners.clear()
 
     # -- the greedy plan: once, in a subprocess, after the rounds (no contention) -------------
@@ -663,67 +441,3 @@ def save_result(result: BenchResult, path: str | os.PathLike) -> Path:
 def load_result(path: str | os.PathLike) -> dict:
     """A saved record, as the dict :meth:`BenchResult.to_dict` made."""
     return json.loads(Path(path).read_text())
-
-
-# ---- the table --------------------------------------------------------------------------------
-def _rows(result) -> tuple[dict, list[dict]]:
-    d = result.to_dict() if isinstance(result, BenchResult) else result
-    return d, [d["contenders"][n] for n in ORDER if n in d["contenders"]]
-
-
-def format_table(result) -> str:
-    """The human-readable table of a BenchResult (or its saved dict)."""
-    d, rows = _rows(result)
-    fl = d["floor"]
-    dims = ",".join(f"{k}={v}" for k, v in d["dims"].items())
-    lines = [f"{d['workload']}  dims {dims}  {d['dtype']}  on {d['device_name']}  "
-             f"({d['rounds']} interleaved rounds, median)"]
-    if d.get("search"):
-        s = d["search"]
-        lines.append(f"no plan was cached: searched {s['budget']} trials first ({s['measured']} "
-                     f"measured, {s['pruned']} pruned, {s['failed']} failed; "
-                     f"{s['wall_s']:.0f} s)")
-    lines.append(f"{'contender':<25} {'median':>10} {'min':>10} {'vs XLA':>7} {'vs floor':>8} "
-                 f"{'predicted':>10}  note")
-    for c in rows:
-        label = LABELS.get(c["name"], c["name"])
-        pred = fmt_s(c.get("predicted_s"))
-        if c["median_s"] is not None:
-            rx = f"{c['ratio_to_xla']:.2f}x" if c.get("ratio_to_xla") else "-"
-            rf = f"{c['ratio_to_floor']:.1f}x" if c.get("ratio_to_floor") else "-"
-            note = "; ".join(filter(None, [c.get("note"), f"rel err {c['rel_err']:.2g}"
-                                           if c.get("rel_err") is not None else ""]))
-            mn = fmt_s(c["min_s"]) if len(c["times_s"]) > 1 else "-"
-            lines.append(f"{label:<25} {fmt_s(c['median_s']):>10} {mn:>10} {rx:>7} {rf:>8} "
-                         f"{pred:>10}  {note}")
-        elif c["status"] == "timed_out":
-            t = c.get("detail", {}).get("timeout_s")
-            med = "> " + fmt_s(t) if t else "-"
-            lines.append(f"{label:<25} {med:>10} {'-':>10} {'-':>7} {'-':>8} {pred:>10}  "
-                         f"{c.get('note', 'timed out')}")
-        else:
-            why = {"wrong": "WRONG, not timed", "skipped": "skipped", "failed": "FAILED"}.get(
-                c["status"], c["status"])
-            lines.append(f"{label:<25} {'-':>10} {'-':>10} {'-':>7} {'-':>8} {pred:>10}  "
-                         f"{why}: {c.get('error', '')}")
-    cal = {True: "calibrated", False: "NOT calibrated: run `autotune calibrate`",
-           None: "datasheet"}[fl.get("calibrated")]
-    peak = fl.get("peak_flops")
-    if peak:     # results written before the peak rate was measured lack it
-        lines.append(f"floor {fmt_s(fl['floor_s'])} ({fl['bound']}-bound) = max("
-                     f"{fl['useful_flops']:.4g} useful flops / {peak / 1e9:.1f} GFLOP/s peak = "
-                     f"{fmt_s(fl['compute_s'])}, {fl['compulsory_bytes']:.4g} bytes / "
-                     f"{fl['bandwidth'] / 1e9:.1f} GB/s = {fmt_s(fl['memory_s'])}) "
-                     f"[{fl['spec']}, {cal}]")
-        lines.append(f"  at the library GEMM rate ({fl['gemm_flops'] / 1e9:.1f} GFLOP/s) the "
-                     f"same flops take {fmt_s(fl['gemm_floor_s'])}")
-    else:
-        lines.append(f"floor {fmt_s(fl['floor_s'])} ({fl['bound']}-bound) = max("
-                     f"{fl['useful_flops']:.4g} useful flops / {fl['gemm_flops'] / 1e9:.1f} "
-                     f"GFLOP/s = {fmt_s(fl['compute_s'])}, {fl['compulsory_bytes']:.4g} bytes / "
-                     f"{fl['bandwidth'] / 1e9:.1f} GB/s = {fmt_s(fl['memory_s'])}) "
-                     f"[{fl['spec']}, {cal}]")
-    bp = d.get("best_plan") or {}
-    if bp.get("summary"):
-        lines.append(f"best plan: {bp['summary']}")
-    return "\n".join(lines)

@@ -94,7 +94,7 @@ def search_cmd(
     config = SearchConfig(budget=budget, sampler=sampler, seed=seed, prune_factor=prune_factor,
                           storage=storage)
     if storage:
-        from .search import open_storage
+        from .search_config import open_storage
         open_storage(storage)   # a bad URL or an unreachable server fails here, in one line
     settings = MeasureSettings(repeats=max(1, repeats))
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),

@@ -258,7 +258,8 @@ def bench_cmd(workload: str = typer.Argument(DEFAULT_WORKLOAD, help="built-in na
     import shlex
     import sys
 
-    from .bench import format_table, run_bench
+    from .bench import run_bench
+    from .bench_table import format_table
     if device not in ("cpu", "cuda"):
         raise CliError(f"--device {device!r}: use cpu or cuda")
     if fmt not in ("table", "json"):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from costmodel.cuda_limits import DEFAULT_SHARED_BYTES, shared_layout
 from search_spaces.candidate import IMPL_LOOP, Candidate
 from search_spaces.footprint import footprint_shape, footprints, plan_group, strides, tile_sizes
-from search_spaces.ir import Access, Binary, Call, Const, Expr, Pow, Unary
+from search_spaces.ir import Access, Binary, Const, Expr, Pow, Unary
 from search_spaces.partition import Group, groups, materialized
 from search_spaces.workload import Workload
 
@@ -186,7 +186,7 @@ class _KernelEmitter:
 
     # ---- one member ----------------------------------------------------------------------
     def member(self, mp, out: list[str]) -> None:
-        w, op = self.w, self.w.op(mp.op)
+        op = self.w.op(mp.op)
         I, ct = self.itype, self.ctype
         fp = self.fps[mp.op]
         var = {i: f"v_{i}" for i in op.domain}

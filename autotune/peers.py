@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import string
 
-from search_spaces.ir import Access, Binary, Call, Const, Expr, Op, Pow, Unary, accesses
+from search_spaces.ir import Access, Binary, Const, Expr, Op, Pow, Unary, accesses
 from search_spaces.workload import Workload
 
 PRECISIONS = ("default", "highest")

@@ -41,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1:
         raise SystemExit("--rounds must be at least 1")
 
-    from autotune.bench import BenchError, format_table, run_bench
+    from autotune.bench import BenchError, run_bench
+    from autotune.bench_table import format_table
     from autotune.cli_common import CliError, parse_dims
     from search_spaces import WorkloadError, load_workload
 

@@ -91,7 +91,7 @@ class Device:
     def __init__(self, emulate: bool):
         self.emulate = emulate
         if emulate:
-            from autotune.cuda_executor import HostEmulator
+            from autotune.cuda_emulator import HostEmulator
             self.rt = HostEmulator(threads=2)
             self.xp = np
             self.name = f"host emulation on {platform.processor() or platform.machine()}"

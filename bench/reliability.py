@@ -278,7 +278,7 @@ def shared(folder: Path, workers: int = 3, budget: int = 12, log=print,
     from optuna.trial import TrialState
 
     from autotune.environment import detect
-    from autotune.search import SearchConfig, open_storage, shared_study_name
+    from autotune.search_config import SearchConfig, open_storage, shared_study_name
     from autotune.cli_common import parse_dims
     from db.keys import PlanKey
     from db.store import PlanDB

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from autotune import bench
-from autotune.bench import BenchError, Runner, format_table, run_bench
+from autotune import bench, bench_runners
+from autotune.bench import BenchError, Runner, run_bench
+from autotune.bench_table import format_table
 from autotune.plots import rankdata, spearman_rho
 from search_spaces import load_workload
 
@@ -131,10 +132,10 @@ def test_iree_peer_matches_reference():
     from autotune.reference import reference
     w = tiny()
     inputs = w.random_inputs(seed=3)
-    r = bench.iree_runner(bench.Context(w, inputs, "cpu", None))
+    r = bench_runners.iree_runner(bench_runners.Context(w, inputs, "cpu", None))
     err, why = verify(r.to_host(r.call()), reference(w, inputs), w.rtol)
     assert not why, why
-    assert "stablehlo" in bench.stablehlo_text(w) and r.detail["target"] == "llvm-cpu"
+    assert "stablehlo" in bench_runners.stablehlo_text(w) and r.detail["target"] == "llvm-cpu"
 
 
 # ---- Spearman's rho -------------------------------------------------------------------------

@@ -4,7 +4,7 @@
   float64 program using every function) compiles with nvcc for sm_80 and sm_90: one .cu per
   workload holding all its plans (kernel names prefixed per plan), one nvcc call with two
   -gencode options, so the whole check is a handful of compiles.  Skipped without nvcc.
-* The same kernels run on the CPU under autotune.cuda_executor.HostEmulator (the source compiled
+* The same kernels run on the CPU under autotune.cuda_emulator.HostEmulator (the source compiled
   as C++, several threads per block with a real barrier for __syncthreads, cuBLAS argument lists
   through a NumPy model of gemmStridedBatched) and match the float64 reference.  Skipped
   without g++.
@@ -28,8 +28,8 @@ from typer.testing import CliRunner
 
 from autotune.cli import app
 from autotune.codegen_cuda import TileTooLarge, check_limits, generate_cuda, kernel_source
-from autotune.cuda_executor import (CudaPlan, HostEmulator, Mat, emulate_gemm, plan_gemm,
-                                    precision_of)
+from autotune.cuda_emulator import HostEmulator
+from autotune.cuda_executor import CudaPlan, Mat, emulate_gemm, plan_gemm, precision_of
 from autotune.measure import verify
 from autotune.reference import reference
 from costmodel import preset

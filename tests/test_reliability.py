@@ -20,7 +20,8 @@ import pytest
 from typer.testing import CliRunner
 
 from autotune.cli import app
-from autotune.search import _create_study_once, open_storage
+from autotune.search_config import open_storage
+from autotune.search_shared import _create_study_once
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
