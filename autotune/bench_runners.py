@@ -213,38 +213,45 @@ def _greedy_child(spec: str, dims: dict, seed: int, kind: str, cache_dir: str, o
 def run_greedy(w: Workload, seed: int, kind: str, cache_dir: Path, timeout_s: float, ref,
                compile_timeout_s: float = 600.0) -> dict:
     """One run of the greedy plan in a spawned process: its time, or that it timed out."""
-    from .measure import verify
     spec = w.source.removeprefix("builtin:")
     if not spec:
         return {"status": "skipped", "error": "the workload has no source a subprocess can load"}
+    return run_once_in_subprocess(_greedy_child, (spec, w.dim_dict, seed, kind, str(cache_dir)),
+                                  timeout_s, ref, w.rtol, compile_timeout_s)
+
+
+def run_once_in_subprocess(target, args: tuple, timeout_s: float, ref, rtol: float,
+                           compile_timeout_s: float = 600.0) -> dict:
+    """Run ``target(*args, out_dir, conn)`` in a spawned process and check what it computed.
+
+    The child sends ``("compiled", seconds)`` once its plan is built, then ``("done",
+    seconds)`` after one run with the outputs saved to ``out_dir/greedy.npz`` (or ``("error",
+    text)``).  Returns ``status`` (ok, wrong, timed_out, failed), ``build_s``, ``time_s``,
+    ``rel_err`` and ``error`` as far as it got; a plan that runs past ``timeout_s`` is killed.
+    """
+    from .measure import verify
     ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="greedy-") as tmp:
         parent, child = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_greedy_child,
-                           args=(spec, w.dim_dict, seed, kind, str(cache_dir), tmp, child),
-                           daemon=True)
+        proc = ctx.Process(target=target, args=(*args, tmp, child), daemon=True)
         proc.start()
         child.close()
         res: dict = {"status": "failed", "timeout_s": timeout_s}
         try:
-            if not parent.poll(compile_timeout_s):
-                res["error"] = f"no compiled plan after {compile_timeout_s:g} s"
-                return res
-            msg = parent.recv()
-            if msg[0] == "error":
-                res["error"] = msg[1]
-                return res
-            res["build_s"] = msg[1]
-            if not parent.poll(timeout_s):
-                res["status"] = "timed_out"
-                return res
-            msg = parent.recv()
-            if msg[0] == "error":
-                res["error"] = msg[1]
-                return res
-            res["time_s"] = msg[1]
+            for step, limit in (("build_s", compile_timeout_s), ("time_s", timeout_s)):
+                if not parent.poll(limit):
+                    if step == "time_s":
+                        res["status"] = "timed_out"
+                    else:
+                        res["error"] = f"no compiled plan after {limit:g} s"
+                    return res
+                msg = parent.recv()
+                if msg[0] == "error":
+                    res["error"] = msg[1]
+                    return res
+                res[step] = msg[1]
             with np.load(os.path.join(tmp, "greedy.npz")) as z:
-                err, why = verify({k: z[k] for k in z.files}, ref, w.rtol)
+                err, why = verify({k: z[k] for k in z.files}, ref, rtol)
             res["rel_err"] = err
             res["status"] = "wrong" if why else "ok"
             if why:

@@ -37,7 +37,6 @@ import argparse  # noqa: E402
 import datetime as _dt  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
-import multiprocessing as mp  # noqa: E402
 import platform  # noqa: E402
 import random  # noqa: E402
 import re  # noqa: E402
@@ -150,7 +149,7 @@ class Device:
 
 
 # ---- greedy in a subprocess ----------------------------------------------------------------------
-def _greedy_child(spec: str, dims: dict, cache_dir: str, out_dir: str, emulate: bool, conn):
+def _greedy_child(spec: str, dims: dict, cache_dir: str, emulate: bool, out_dir: str, conn):
     try:
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
         from autotune.cuda_executor import CudaPlan
@@ -177,47 +176,12 @@ def _greedy_child(spec: str, dims: dict, cache_dir: str, out_dir: str, emulate: 
 
 def run_greedy(w, spec: str, cache_dir: Path, timeout_s: float, ref, emulate: bool,
                compile_timeout_s: float = 300.0) -> dict:
-    from autotune.measure import verify
-    ctx = mp.get_context("spawn")
-    res: dict = {"status": "error", "timeout_s": timeout_s}
-    with tempfile.TemporaryDirectory(prefix="greedy-") as tmp:
-        parent, child = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_greedy_child,
-                           args=(spec, w.dim_dict, str(cache_dir), tmp, emulate, child),
-                           daemon=True)
-        proc.start()
-        child.close()
-        try:
-            if not parent.poll(compile_timeout_s):
-                res["error"] = f"no compiled plan after {compile_timeout_s:g} s"
-                return res
-            msg = parent.recv()
-            if msg[0] == "error":
-                res["error"] = msg[1]
-                return res
-            res["compile_s"] = msg[1]
-            if not parent.poll(timeout_s):
-                res["status"] = "timed_out"
-                return res
-            msg = parent.recv()
-            if msg[0] == "error":
-                res["error"] = msg[1]
-                return res
-            res["time_s"] = msg[1]
-            with np.load(os.path.join(tmp, "greedy.npz")) as z:
-                err, why = verify({k: z[k] for k in z.files}, ref, w.rtol)
-            res.update(rel_err=err, status="wrong" if why else "ok")
-            if why:
-                res["error"] = why
-            return res
-        except EOFError:
-            res["error"] = f"the subprocess died (exit code {proc.exitcode})"
-            return res
-        finally:
-            if proc.is_alive():
-                proc.kill()
-            proc.join(10)
-            parent.close()
+    from autotune.bench_runners import run_once_in_subprocess
+    res = run_once_in_subprocess(_greedy_child, (spec, w.dim_dict, str(cache_dir), emulate),
+                                 timeout_s, ref, w.rtol, compile_timeout_s)
+    if "build_s" in res:
+        res["compile_s"] = res.pop("build_s")
+    return res
 
 
 # ---- main ---------------------------------------------------------------------------------------
