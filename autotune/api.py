@@ -93,9 +93,14 @@ def run_search(w: Workload, device: str = "cpu", db: str | os.PathLike | None = 
         key = PlanKey.for_env(w.hash, env)
         root = cache_root(store.path)
         backend = make_backend(env, w, config.seed, root, settings)
+        probe = memory_probe(env.kind)
+
+        def available() -> int | None:
+            free = probe()
+            return None if free is None else free + backend.reclaimable_bytes()
         try:
             return search(w, space_for(w, env.kind), backend, store, key, device_spec(env),
-                          config, on_trial, memory_available=memory_probe(env.kind))
+                          config, on_trial, memory_available=available)
         finally:
             backend.close()
     finally:

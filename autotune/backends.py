@@ -29,6 +29,10 @@ class WorkerBackend:
     def measure(self, cand: Candidate, timeout_s: float, best_s: float | None) -> Measurement:
         return self.worker.measure(cand, self.settings, timeout_s, best_s)
 
+    def reclaimable_bytes(self) -> int:
+        """Memory the worker holds for the next candidate (its buffer pool): free for it."""
+        return self.worker.pooled_bytes
+
     def close(self) -> None:
         self.worker.close()
 

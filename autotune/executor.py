@@ -116,6 +116,11 @@ class BufferPool:
     def __len__(self) -> int:
         return len(self._free)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes held for the next plan."""
+        return sum(b.nbytes for b in self._free)
+
 
 class CompiledPlan:
     """An executable candidate: ``plan(**inputs) -> {output: ndarray}``.

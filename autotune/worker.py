@@ -61,18 +61,23 @@ def _serve(conn, spec: WorkerSpec, make_plan) -> None:
     w = load_workload(name, dict(spec.dims))
     inputs = w.random_inputs(spec.seed)
     ref = load_or_compute_reference(w, inputs, Path(spec.cache_dir), spec.seed)
+    pool = None
     if "pool" in inspect.signature(make_plan).parameters:
         # host buffers pass from one candidate to the next instead of being faulted in anew
         from .executor import BufferPool
-        make_plan = functools.partial(make_plan, pool=BufferPool())
+        pool = BufferPool()
+        make_plan = functools.partial(make_plan, pool=pool)
     conn.send(("ready", None))
     while True:
         msg = conn.recv()
         if msg is None:
             return
         cand_json, settings, best_s = msg
-        conn.send(("result", _measure_one(w, Candidate.from_json(cand_json), inputs, ref,
-                                          settings, best_s, spec, make_plan).to_dict()))
+        m = _measure_one(w, Candidate.from_json(cand_json), inputs, ref, settings, best_s, spec,
+                         make_plan)
+        # what the pool holds is memory the next candidate gets back: the parent's memory
+        # check counts it as available
+        conn.send(("result", m.to_dict(), pool.nbytes if pool is not None else 0))
 
 
 def _measure_one(w, cand, inputs, ref, settings: MeasureSettings, best_s, spec, make_plan
@@ -160,6 +165,7 @@ class WorkerHandle:
         self.spec, self.path, self.start_timeout_s = spec, make_plan_path, start_timeout_s
         self.proc = None
         self.conn = None
+        self.pooled_bytes = 0      # bytes the worker's buffer pool holds for the next candidate
 
     def _start(self) -> str | None:
         ctx = mp.get_context("spawn")
@@ -193,7 +199,7 @@ class WorkerHandle:
             if not self.conn.poll(timeout_s):
                 self.kill()
                 return Measurement("failed", error=f"timeout: no result within {timeout_s:.0f} s")
-            kind, payload = self.conn.recv()
+            kind, payload, self.pooled_bytes = self.conn.recv()
         except (EOFError, BrokenPipeError, ConnectionResetError):
             code = (self.proc.join(5) or self.proc.exitcode) if self.proc else None  # reap first
             self.kill()
@@ -203,6 +209,7 @@ class WorkerHandle:
         return Measurement(**d)
 
     def kill(self) -> None:
+        self.pooled_bytes = 0
         if self.proc is not None:
             if self.proc.is_alive():
                 self.proc.kill()

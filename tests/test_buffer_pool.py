@@ -79,3 +79,23 @@ def test_output_array_is_reused_only_once_dropped(w, tmp_path):
     c = plan(**inputs)["out"]            # nobody holds the last one: its pages are reused
     assert c.ctypes.data == b_addr
     np.testing.assert_array_equal(c, kept)
+
+
+def test_worker_reports_what_its_pool_holds(w, tmp_path):
+    """The search's memory check adds the worker's pooled buffers to the free memory: they
+    go to the next candidate (the OS counts them as used)."""
+    from autotune.backends import WorkerBackend
+    from autotune.measure import MeasureSettings
+    cand = named_plan(space_for(w, "cpu"), "heuristic")
+    backend = WorkerBackend("cpu", w, 0, tmp_path, "autotune.executor:CompiledPlan",
+                            MeasureSettings(repeats=1))
+    try:
+        assert backend.reclaimable_bytes() == 0               # nothing measured yet
+        m = backend.measure(cand, timeout_s=120, best_s=None)
+        assert m.status == "ok", m.error
+        plan = CompiledPlan(w, cand, tmp_path / "kernels")
+        assert backend.reclaimable_bytes() == sum(b.nbytes for b in plan._raw.values()) > 0
+        backend.worker.kill()
+        assert backend.reclaimable_bytes() == 0               # a dead worker holds nothing
+    finally:
+        backend.close()
