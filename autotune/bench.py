@@ -133,7 +133,8 @@ class BenchResult:
 
 
 # ---- helpers ----------------------------------------------------------------------------------
-def _version(dist: str) -> str | None:
+def dist_version(dist: str) -> str | None:
+    """The installed version of a distribution, None when it is not installed."""
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
@@ -419,7 +420,7 @@ def run_bench(w: Workload, device: str = "cpu", peers=PEER_NAMES, rounds: int = 
                  "python": platform.python_version(), "cc": env.library_dict().get("cc", ""),
                  **({"compute_capability": env.compute_capability, "driver": env.driver,
                      "cuda_runtime": env.cuda_runtime} if env.kind == "cuda" else {})},
-        versions={"autotune": __version__, **{d: _version(d) for d in VERSION_DISTS}},
+        versions={"autotune": __version__, **{d: dist_version(d) for d in VERSION_DISTS}},
         db=str(db_path), best_plan=best_plan, search=searched, reference_s=ref_s,
         floor=floor, contenders=tuple(contenders), json_path=str(path) if path else None)
     if path is not None:

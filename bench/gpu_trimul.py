@@ -46,7 +46,6 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
-from importlib import metadata  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,13 +57,6 @@ import numpy as np  # noqa: E402
 SEED = 0           # the search's seed: its cached reference is reused
 GEMM_N = 8192
 COPY_BYTES = 1 << 30
-
-
-def version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def fmt_s(t: float | None) -> str:
@@ -203,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     command = [sys.executable, *sys.argv] if argv is None else [sys.executable, __file__, *argv]
 
     from autotune import __version__
+    from autotune.bench import dist_version
     from autotune.api import cache_root
     from autotune.backends import device_spec
     from autotune.cuda_executor import CudaPlan, precision_of
@@ -466,8 +459,8 @@ def main(argv: list[str] | None = None) -> int:
         "workload": w.name, "dims": dict(w.dims), "dtype": w.dtype, "rtol": w.rtol,
         "workload_hash": w.hash, "seed": SEED, "rounds": args.rounds,
         "device": dev.info, "emulated": args.emulate,
-        "versions": {d: version(d) for d in ("numpy", "cupy-cuda12x", "cupy-cuda13x", "jax",
-                                             "jaxlib", "torch", "triton", "optuna")}
+        "versions": {d: dist_version(d) for d in ("numpy", "cupy-cuda12x", "cupy-cuda13x",
+                                                  "jax", "jaxlib", "torch", "triton", "optuna")}
         | {"autotune": __version__, "python": platform.python_version()},
         "search": search_info, "reference_s": ref_s,
         "rates": {"copy_bandwidth": bw, "gemm_fp32": rate32, "gemm_tf32": rate_tf32,
