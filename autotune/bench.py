@@ -56,6 +56,12 @@ PLAN_NAMES = ("best", "heuristic", "unfused", "greedy")
 ORDER = PLAN_NAMES + PEER_NAMES
 LABELS = {"jax": "jax (XLA)", "inductor": "inductor (torch.compile)", "torch": "torch (eager)"}
 DEFAULT_OUT = Path("bench") / "results"
+# One process holds several thread pools (our OpenMP, torch's, OpenBLAS's, XLA's Eigen pool) on
+# the same cores; a pool that just finished may keep spinning and slow whichever contender runs
+# next.  A pause before each timed run lets them go idle.  Attention (S=256) on 2 cores, 5
+# rounds: without it medians were 1.2-4.5x the minimum (torch.compile 60 vs 13 ms); with it
+# (and OpenMP waiting passively, see autotune.executor) 1.1-1.3x.
+SETTLE_S = 0.2
 VERSION_DISTS = ("numpy", "jax", "jaxlib", "torch", "iree-base-compiler", "iree-base-runtime",
                  "optuna", "cupy-cuda12x", "matplotlib")
 
@@ -274,14 +280,17 @@ def _check_outputs(w: Workload, runners: dict, rows: dict, ref, say) -> None:
         say(f"{name}: rel err {err:.2g}  (first call {fmt_s(info['first_call_s'])})")
 
 
-def _time_rounds(runners: dict, rounds: int, seed: int, say) -> dict[str, list[float]]:
-    """Interleaved rounds: each contender once per round, in a shuffled order."""
+def _time_rounds(runners: dict, rounds: int, seed: int, say, settle_s: float = SETTLE_S
+                 ) -> dict[str, list[float]]:
+    """Interleaved rounds: each contender once per round, in a shuffled order, each after a
+    pause of ``settle_s`` in which the previous one's worker threads go idle."""
     times: dict[str, list[float]] = {n: [] for n in runners}
     rng = random.Random(seed)
     for k in range(rounds):
         order = list(runners)
         rng.shuffle(order)
         for name in order:
+            time.sleep(settle_s)
             t0 = time.perf_counter()
             out = runners[name].call()
             times[name].append(time.perf_counter() - t0)

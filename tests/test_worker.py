@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -194,3 +196,15 @@ def test_worker_tolerance_and_non_finite_outputs(w, plans, hostile):
         m = hostile.measure(dataclasses.replace(base, name=bad), QUICK, 120, None)
         assert m.status == "failed" and "non-finite values" in m.error, (bad, m)
         assert m.rel_err == math.inf
+
+
+@pytest.mark.parametrize("preset, expected", [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_openmp_threads_sleep_between_groups_unless_the_user_says_otherwise(preset, expected):
+    # spinning OpenMP threads slowed whole plans 1.2-3x by holding the cores BLAS needed
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if preset:
+        env["OMP_WAIT_POLICY"] = preset
+    out = subprocess.run([sys.executable, "-c", "import os, autotune.executor; "
+                          "print(os.environ['OMP_WAIT_POLICY'])"],
+                         env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == expected
