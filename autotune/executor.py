@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +36,19 @@ def _openmp_waits_passively() -> None:
     20.0 -> 7.2 ms, trimul_incoming (N=256) 398 -> 331 ms.  libgomp reads the setting once,
     when it is loaded (here: with the first kernel library), and a value the user set wins.
     """
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if "OMP_WAIT_POLICY" in os.environ:
+        return
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            loaded = "libgomp" in f.read()
+    except OSError:      # not Linux: nothing to tell
+        return
+    if loaded:
+        warnings.warn("an OpenMP runtime was loaded before autotune (torch, say), so its threads "
+                      "spin between loops and slow the plans' BLAS calls; set "
+                      "OMP_WAIT_POLICY=PASSIVE in the environment before starting Python",
+                      RuntimeWarning, stacklevel=3)
 
 
 _openmp_waits_passively()

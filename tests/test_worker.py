@@ -208,3 +208,15 @@ def test_openmp_threads_sleep_between_groups_unless_the_user_says_otherwise(pres
                           "print(os.environ['OMP_WAIT_POLICY'])"],
                          env=env, capture_output=True, text=True, check=True).stdout
     assert out.strip() == expected
+
+
+def test_openmp_loaded_before_autotune_is_warned_about():
+    import ctypes.util
+    gomp = ctypes.util.find_library("gomp")
+    if not gomp:
+        pytest.skip("no libgomp here")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    code = (f"import ctypes, warnings; ctypes.CDLL({gomp!r}); "
+            "warnings.simplefilter('error'); import autotune.executor")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode != 0 and "OMP_WAIT_POLICY=PASSIVE" in r.stderr
