@@ -104,6 +104,16 @@ def _as3(arr: np.ndarray, idx: tuple[str, ...], groups3) -> np.ndarray:
         return t.reshape(shape)
 
 
+def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``np.matmul`` of (batch, m, k) by (batch, k, n), with a batch of one passed as plain
+    matrices: NumPy's stacked path ran a transposed 4096x64 @ 64x4096 operand 2.7x slower
+    (99 ms vs 37 ms here) than its two-dimensional path, which hands the transpose to BLAS."""
+    if a.shape[0] != 1:
+        return np.matmul(a, b, out=out)
+    res = np.matmul(a[0], b[0], out=None if out is None else out[0])
+    return res[None]
+
+
 def _blasable(m: np.ndarray) -> bool:
     it = m.itemsize
     s1, s2 = m.strides[-2], m.strides[-1]
@@ -252,12 +262,12 @@ class CompiledPlan:
         except AttributeError:
             O = None
         if O is not None and _blasable(O) and O.strides[-1] == O.itemsize:
-            np.matmul(A, B, out=O)
+            _matmul(A, B, O)
         elif O is not None and _blasable(O):
             # column-major result: compute its transpose, B^T A^T, straight into it
-            np.matmul(B.transpose(0, 2, 1), A.transpose(0, 2, 1), out=O.transpose(0, 2, 1))
+            _matmul(B.transpose(0, 2, 1), A.transpose(0, 2, 1), O.transpose(0, 2, 1))
         else:
-            res = np.matmul(A, B)
+            res = _matmul(A, B)
             t[...] = res.reshape(t.shape)
             O = None
         if f.scale != 1.0:
