@@ -26,6 +26,7 @@ from search_spaces.workload import Workload
 
 from .codegen_c import generate, generate_units
 
+
 def _openmp_waits_passively() -> None:
     """Make the generated kernels' OpenMP threads sleep, not spin, once a parallel loop ends.
 
@@ -211,8 +212,8 @@ class CompiledPlan:
             return
         raws = list(self._raw.values())
         self.storage, self.logical, self._last_out, self._raw = {}, {}, {}, {}
-        # every NumPy view of a buffer references it: beyond the list and getrefcount's
-        # argument, a reference is an array somebody still holds
+        # every NumPy view of a buffer references it: beyond the list, the loop variable and
+        # getrefcount's argument, a reference is an array somebody still holds
         self._pool.give([b for b in raws if sys.getrefcount(b) <= 3])
 
     def __call__(self, **inputs: np.ndarray) -> dict[str, np.ndarray]:
