@@ -57,6 +57,17 @@ class _Emitter:
                                self.func_line)
         factors = {r: ([size[r]] if size[r] > 1 else []) for r in {find(x) for x in parent}}
 
+        def refine(key, other: list[int], line: int) -> bool:
+            """Merge ``other`` into the factor list of ``key``; True if that changed it."""
+            merged = _merge(factors[key], other)
+            if merged is None:
+                raise self.err("unsupported reshape: its dims are not a regrouping of the dims "
+                               "it is connected to", line)
+            if merged == factors[key]:
+                return False
+            factors[key] = merged
+            return True
+
         changed = True
         while changed:
             changed = False
@@ -64,20 +75,10 @@ class _Emitter:
                 for i, grp in enumerate(groups):
                     c = find(("v", coarse, i))
                     fs = [find(("v", fine, j)) for j in grp]
-                    flat = [x for f in fs for x in factors[f]]
-                    merged = _merge(factors[c], flat)
-                    if merged is None:
-                        raise self.err("unsupported reshape: its dims are not a regrouping of "
-                                       "the dims it is connected to", line)
-                    if merged != factors[c]:
-                        factors[c], changed = merged, True
-                    for f, part in zip(fs, _split(merged, [size[("v", fine, j)] for j in grp])):
-                        m2 = _merge(factors[f], part)
-                        if m2 is None:
-                            raise self.err("unsupported reshape: its dims are not a regrouping "
-                                           "of the dims it is connected to", line)
-                        if m2 != factors[f]:
-                            factors[f], changed = m2, True
+                    changed |= refine(c, [x for f in fs for x in factors[f]], line)
+                    parts = _split(factors[c], [size[("v", fine, j)] for j in grp])
+                    for f, part in zip(fs, parts):
+                        changed |= refine(f, part, line)
         self.find, self.factors = find, factors
 
 
