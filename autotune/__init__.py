@@ -1,13 +1,13 @@
 """autotune: a declarative, cost-model-driven fusion autotuner for einsum-heavy tensor programs."""
 from search_spaces import Workload, WorkloadError, builtin_names, load_workload
 
-from .reference import reference
+from autotune.reference import reference
 
 
 def load_best(w, device: str = "cpu", db=None):
     """The cached best plan for ``w`` on ``device`` as ``fn(**inputs) -> {output: array}``;
     the heuristic plan (with a warning) when none is cached.  See autotune.api."""
-    from .api import load_best as _load_best
+    from autotune.api import load_best as _load_best
     return _load_best(w, device, db)
 
 __version__ = "0.1.0"

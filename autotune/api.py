@@ -17,9 +17,10 @@ from search_spaces.plans import named_plan
 from search_spaces.space import SearchSpace
 from search_spaces.workload import Workload
 
-from .backends import device_spec, make_backend, resolve, tile_bounds
-from .measure import MeasureSettings
-from .search import SearchConfig, SearchResult, search
+from autotune.backends.factory import device_spec, make_backend, resolve, tile_bounds
+from autotune.backends.base import MeasureSettings
+from autotune.search.config import SearchConfig, SearchResult
+from autotune.search.loop import search
 
 
 class NoCachedPlanWarning(UserWarning):
@@ -42,9 +43,9 @@ def space_for(w: Workload, kind: str) -> SearchSpace:
 def make_executable(w: Workload, cand: Candidate, kind: str, cache_dir: Path):
     """Compile ``cand`` for the device kind; returns ``fn(**inputs) -> outputs``."""
     if kind == "cpu":
-        from .executor import CompiledPlan
+        from autotune.backends.cpu.executor import CompiledPlan
         return CompiledPlan(w, cand, cache_dir / "kernels")
-    from .cuda_executor import CudaPlan
+    from autotune.backends.cuda.executor import CudaPlan
     return CudaPlan(w, cand, cache_dir / "kernels")
 
 

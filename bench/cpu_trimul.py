@@ -4,7 +4,7 @@
     python bench/cpu_trimul.py                       # trimul_outgoing at N=702 (C=128)
     python bench/cpu_trimul.py --dims N=256 --db /tmp/plans.sqlite --out /tmp/results
 
-A thin wrapper over :func:`autotune.bench.run_bench` (what `autotune bench` runs; see there for
+A thin wrapper over :func:`autotune.bench.run.run_bench` (what `autotune bench` runs; see there for
 the method: same inputs, checked against the float64 reference before timing, interleaved
 rounds, the greedy plan once in a subprocess under a timeout, the calibrated floor).  The JSON
 record goes to ``<out>/bench-<workload>-<dims>-cpu.json``.
@@ -41,9 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1:
         raise SystemExit("--rounds must be at least 1")
 
-    from autotune.bench import BenchError, run_bench
-    from autotune.bench_table import format_table
-    from autotune.cli_common import CliError, parse_dims
+    from autotune.bench.run import BenchError, run_bench
+    from autotune.bench.table import format_table
+    from autotune.cli.common import CliError, parse_dims
     from search_spaces import WorkloadError, load_workload
 
     command = [sys.executable, *sys.argv] if argv is None else [sys.executable, __file__, *argv]

@@ -14,7 +14,7 @@ contender once, shuffled); median and min are reported.  Contenders:
 * ``heuristic`` and ``unfused`` plans; ``greedy`` (the 2023 IREE rule) once, in a spawned
   subprocess under a timeout;
 * JAX/XLA:GPU ``jax.jit`` at default precision (TF32 matmuls on Ampere and later) and at
-  ``'highest'`` (full fp32), via ``autotune.peers``; PyTorch eager and ``torch.compile``
+  ``'highest'`` (full fp32), via ``autotune.bench.peers``; PyTorch eager and ``torch.compile``
   (fp32 matmuls, PyTorch's default).
 
 The roofline floor comes from rates measured in the same run: the copy bandwidth (a 1 GiB
@@ -82,13 +82,13 @@ class Device:
     def __init__(self, emulate: bool):
         self.emulate = emulate
         if emulate:
-            from autotune.cuda_emulator import HostEmulator
+            from autotune.backends.cuda.emulator import HostEmulator
             self.rt = HostEmulator(threads=2)
             self.xp = np
             self.name = f"host emulation on {platform.processor() or platform.machine()}"
             self.info = {"name": self.name}
         else:
-            from autotune.cuda_executor import CupyRuntime
+            from autotune.backends.cuda.executor import CupyRuntime
             from autotune.environment import detect
             env = detect("cuda")            # NoGPUError: one line, exit 1 (main)
             self.rt = CupyRuntime()
@@ -119,7 +119,7 @@ class Device:
         return 2 * n * 4 / best
 
     def gemm_rate(self, precision: str, repeats: int = 5) -> float:
-        from autotune.cuda_executor import Mat, plan_gemm
+        from autotune.backends.cuda.executor import Mat, plan_gemm
         xp = self.xp
         n = GEMM_N if not self.emulate else 512
         a = xp.asarray(np.random.default_rng(0).standard_normal((n, n), dtype=np.float32))
@@ -144,7 +144,7 @@ class Device:
 def _greedy_child(spec: str, dims: dict, cache_dir: str, emulate: bool, out_dir: str, conn):
     try:
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-        from autotune.cuda_executor import CudaPlan
+        from autotune.backends.cuda.executor import CudaPlan
         from search_spaces import load_workload
         from search_spaces.plans import named_plan
         from search_spaces.space import SearchSpace, TileBounds
@@ -168,7 +168,7 @@ def _greedy_child(spec: str, dims: dict, cache_dir: str, emulate: bool, out_dir:
 
 def run_greedy(w, spec: str, cache_dir: Path, timeout_s: float, ref, emulate: bool,
                compile_timeout_s: float = 300.0) -> dict:
-    from autotune.bench_runners import run_once_in_subprocess
+    from autotune.bench.runners import run_once_in_subprocess
     res = run_once_in_subprocess(_greedy_child, (spec, w.dim_dict, str(cache_dir), emulate),
                                  timeout_s, ref, w.rtol, compile_timeout_s)
     if "build_s" in res:
@@ -195,17 +195,17 @@ def main(argv: list[str] | None = None) -> int:
     command = [sys.executable, *sys.argv] if argv is None else [sys.executable, __file__, *argv]
 
     from autotune import __version__
-    from autotune.bench import dist_version
+    from autotune.bench.run import dist_version
     from autotune.api import cache_root
-    from autotune.backends import device_spec
-    from autotune.cuda_executor import CudaPlan, precision_of
+    from autotune.backends.factory import device_spec
+    from autotune.backends.cuda.executor import CudaPlan, precision_of
     from autotune.environment import NoGPUError, detect
-    from autotune.measure import verify
-    from autotune.worker import load_or_compute_reference
+    from autotune.backends.base import verify
+    from autotune.backends.worker import load_or_compute_reference
     from costmodel import estimate, preset
     from db.keys import PlanKey
     from db.store import PlanDB
-    from autotune.cli_common import CliError, parse_dims
+    from autotune.cli.common import CliError, parse_dims
     from search_spaces import WorkloadError, load_workload
     from search_spaces.candidate import Candidate
     from search_spaces.plans import named_plan
@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     # JAX / XLA
     try:
         import jax
-        from autotune.peers import jax_function
+        from autotune.bench.peers import jax_function
         jdev = jax.devices("cpu" if args.emulate else "gpu")[0]
         jin = {k: jax.device_put(v, jdev) for k, v in host_inputs.items()}
         for prec in ("default", "highest"):
@@ -342,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     # PyTorch eager and torch.compile
     try:
         import torch
-        from autotune.peers import torch_function
+        from autotune.bench.peers import torch_function
         tdev = "cpu" if args.emulate else "cuda"
         tin = {k: torch.as_tensor(v).to(tdev) for k, v in host_inputs.items()}
         tsync = (lambda: None) if args.emulate else torch.cuda.synchronize

@@ -229,7 +229,7 @@ def concurrent(folder: Path, budget: int = 8, jobs=CONCURRENT, log=print) -> dic
     from db.keys import PlanKey
     from db.store import PlanDB
     from search_spaces import load_workload
-    from autotune.cli_common import parse_dims
+    from autotune.cli.common import parse_dims
     db = folder / "concurrent.sqlite"          # not created: the four race to create it
     t0 = time.monotonic()
     procs = [subprocess.Popen(search_cmd(db, budget, wl, dims, seed), stdout=subprocess.PIPE,
@@ -278,8 +278,9 @@ def shared(folder: Path, workers: int = 3, budget: int = 12, log=print,
     from optuna.trial import TrialState
 
     from autotune.environment import detect
-    from autotune.search_config import SearchConfig, open_storage, shared_study_name
-    from autotune.cli_common import parse_dims
+    from autotune.search.config import SearchConfig
+    from autotune.search.storage import open_storage, shared_study_name
+    from autotune.cli.common import parse_dims
     from db.keys import PlanKey
     from db.store import PlanDB
     from search_spaces import load_workload

@@ -15,6 +15,8 @@ import json
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
+import search_spaces.space
+
 if TYPE_CHECKING:
     from autotune.environment import Environment
 
@@ -22,16 +24,6 @@ if TYPE_CHECKING:
 # entry in db.schema.MIGRATIONS.  2: trials.times_json and trials.rel_err.
 SCHEMA_VERSION = 2
 
-try:
-    # The search-space module owns its version when it declares one ...
-    from search_spaces.space_version import SPACE_VERSION
-except ModuleNotFoundError as e:
-    if e.name != "search_spaces.space_version":
-        raise
-    # ... until then the space is version "1".  Bump this (or add
-    # search_spaces/space_version.py) whenever the candidate encoding changes, so that
-    # plans found in an older space are never loaded as if they were current.
-    SPACE_VERSION = "1"
 
 
 def canonical_json(obj) -> str:
@@ -53,9 +45,12 @@ class PlanKey:
     @classmethod
     def for_env(cls, workload_hash: str, env: "Environment",
                 space_version: str | None = None) -> "PlanKey":
-        """The key of ``workload_hash`` on ``env`` in the current space and schema."""
-        return cls(workload_hash=workload_hash,
-                   space_version=SPACE_VERSION if space_version is None else space_version,
+        """The key of ``workload_hash`` on ``env`` in the current space and schema.  The space's
+        version is search_spaces.space.SPACE_VERSION, read at each call: bumping it there (when
+        the candidate encoding changes) makes every plan cached under the old one stale."""
+        if space_version is None:
+            space_version = search_spaces.space.SPACE_VERSION
+        return cls(workload_hash=workload_hash, space_version=space_version,
                    device_json=canonical_json(env.device_dict()),
                    libraries_json=canonical_json(env.library_dict()),
                    schema_version=SCHEMA_VERSION)

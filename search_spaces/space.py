@@ -17,6 +17,8 @@ from .partition import groups, materialized, repair
 from .space_spec import edges_of
 from .workload import Workload
 
+# Version of the candidate encoding (parameters, their meaning, Candidate JSON).  It is part of
+# every plan key (db.keys.PlanKey.for_env reads it): bump it whenever the encoding changes.
 SPACE_VERSION = "1"
 Choose = Callable[[str, Sequence], object]
 

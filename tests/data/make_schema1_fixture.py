@@ -7,7 +7,7 @@ of schema 1), with the PlanDB of that commit:
     cd /tmp/schema1 && python /path/to/tests/data/make_schema1_fixture.py OUT.sqlite
 
 Run with newer code it would write the newer schema: the binary file, not this script, is
-what keeps the old format.  tests/schema1.py writes the same content with raw SQL.
+what keeps the old format.  tests/support/schema1.py writes the same content with raw SQL.
 """
 import sys
 

@@ -1,0 +1,1 @@
+"""The CPU backend: generated C with OpenMP, BLAS through NumPy, calibration."""

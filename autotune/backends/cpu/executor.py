@@ -1,0 +1,275 @@
+"""Runs a candidate on the CPU: compiled loop groups through ctypes, library GEMMs through NumPy.
+
+Materialized intermediates live in buffers allocated once per compiled plan, each stored in the
+candidate's layout (``storage = logical.transpose(perm)``); program outputs are fresh arrays
+unless the caller dropped the previous result, so results a caller holds are never overwritten.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from search_spaces.candidate import IMPL_LIBRARY, Candidate
+from search_spaces.gemm import gemm_form
+from search_spaces.partition import groups, materialized
+from search_spaces.workload import Workload
+
+from autotune.backends.cpu.codegen import generate, generate_units
+
+
+def _openmp_waits_passively() -> None:
+    """Make the generated kernels' OpenMP threads sleep, not spin, once a parallel loop ends.
+
+    A plan alternates OpenMP loop groups with OpenBLAS GEMMs, each with its own threads on the
+    same cores.  libgomp's default spins before sleeping, so its idle threads hold the cores
+    while a GEMM runs (and OpenBLAS's spinning threads hold them while a loop group runs).
+    Measured on 2 cores, best plans, default vs passive: gated_mlp 28.0 -> 9.4 ms, attention
+    20.0 -> 7.2 ms, trimul_incoming (N=256) 398 -> 331 ms.  libgomp reads the setting once,
+    when it is loaded (here: with the first kernel library), and a value the user set wins.
+    """
+    if "OMP_WAIT_POLICY" in os.environ:
+        return
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            loaded = "libgomp" in f.read()
+    except OSError:      # not Linux: nothing to tell
+        return
+    if loaded:
+        warnings.warn("an OpenMP runtime was loaded before autotune (torch, say), so its threads "
+                      "spin between loops and slow the plans' BLAS calls; set "
+                      "OMP_WAIT_POLICY=PASSIVE in the environment before starting Python",
+                      RuntimeWarning, stacklevel=3)
+
+
+_openmp_waits_passively()
+
+# -ffast-math lets reductions vectorise; -fno-finite-math-only keeps -INFINITY (max= init) and
+# NaN outputs meaningful, so verification still sees them.
+CFLAGS = ["-O3", "-march=native", "-fopenmp", "-ffast-math", "-fno-finite-math-only",
+          "-fPIC", "-shared"]
+
+
+@functools.lru_cache(maxsize=1)
+def _libmvec_flags() -> list[str]:
+    """glibc's vector math library, when present: vectorised expf/logf in generated loops."""
+    return ["-DAUTOTUNE_LIBMVEC", "-lmvec"] if ctypes.util.find_library("mvec") else []
+
+
+class CompileError(RuntimeError):
+    """The C compiler rejected generated source (a bug in codegen, reported as trial failure)."""
+
+
+def compile_source(src: str, cache_dir: Path, cc: str = "cc") -> Path:
+    """Compile ``src`` to a shared library, cached by the hash of source and flags."""
+    flags = " ".join(CFLAGS + _libmvec_flags())
+    digest = hashlib.sha256((src + flags + cc).encode()).hexdigest()[:24]
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    lib = cache_dir / f"k_{digest}.so"
+    if lib.exists():
+        return lib
+    with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
+        c_path = Path(tmp) / "k.c"
+        c_path.write_text(src)
+        out = Path(tmp) / "k.so"
+        proc = subprocess.run([cc, *CFLAGS, str(c_path), "-o", str(out), *_libmvec_flags(),
+                               "-lm"],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            first = next((l for l in proc.stderr.splitlines() if "error" in l), proc.stderr[:300])
+            raise CompileError(f"cc failed: {first.strip()}")
+        os.replace(out, lib)  # atomic: concurrent searches never load a half-written library
+    return lib
+
+
+def _as3(arr: np.ndarray, idx: tuple[str, ...], groups3) -> np.ndarray:
+    """View (or, if impossible, copy) of ``arr`` (indexed by ``idx``) as (batch, rows, cols)."""
+    order = [idx.index(i) for g in groups3 for i in g]
+    t = arr.transpose(order)
+    shape = [int(np.prod([arr.shape[idx.index(i)] for i in g], dtype=np.int64)) for g in groups3]
+    try:
+        v = t.view()
+        v.shape = shape      # raises if a view cannot express it
+        return v
+    except AttributeError:
+        return t.reshape(shape)
+
+
+def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``np.matmul`` of (batch, m, k) by (batch, k, n), with a batch of one passed as plain
+    matrices: NumPy's stacked path ran a transposed 4096x64 @ 64x4096 operand 2.7x slower
+    (99 ms vs 37 ms here) than its two-dimensional path, which hands the transpose to BLAS."""
+    if a.shape[0] != 1:
+        return np.matmul(a, b, out=out)
+    res = np.matmul(a[0], b[0], out=None if out is None else out[0])
+    return res[None]
+
+
+def _blasable(m: np.ndarray) -> bool:
+    it = m.itemsize
+    s1, s2 = m.strides[-2], m.strides[-1]
+    return (s2 == it and s1 >= m.shape[-1] * it) or (s1 == it and s2 >= m.shape[-2] * it)
+
+
+class BufferPool:
+    """Pre-faulted byte buffers handed from one plan to the next in a measuring process.
+
+    Faulting in a plan's buffers costs ~0.7 s at N=702 (3 GB of intermediates): a search that
+    measures a hundred candidates of the same shapes pays it once instead of per candidate.
+    The pool holds at most what the last plan gave back, and drops what the next one does not
+    need before allocating, so peak memory stays one plan's worth.
+    """
+
+    def __init__(self) -> None:
+        self._free: list[np.ndarray] = []
+
+    def take_all(self, sizes: list[int]) -> list[np.ndarray]:
+        """One pre-faulted uint8 buffer per requested size (reused where one matches)."""
+        out: list[np.ndarray | None] = [None] * len(sizes)
+        free = self._free
+        for i, n in enumerate(sizes):
+            j = next((j for j, b in enumerate(free) if b.nbytes == n), None)
+            if j is not None:
+                out[i] = free.pop(j)
+        self._free = []           # unmatched: released before the fresh ones are faulted in
+        del free
+        for i, n in enumerate(sizes):
+            if out[i] is None:
+                out[i] = np.empty(n, dtype=np.uint8)
+                out[i].fill(0)     # fault the pages in now: first runs are steady-state runs
+        return out
+
+    def give(self, bufs) -> None:
+        self._free.extend(bufs)
+
+    def __len__(self) -> int:
+        return len(self._free)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held for the next plan."""
+        return sum(b.nbytes for b in self._free)
+
+
+class CompiledPlan:
+    """An executable candidate: ``plan(**inputs) -> {output: ndarray}``.
+
+    ``pool``: where buffers come from and go back to on :meth:`release` (a measuring worker's
+    :class:`BufferPool`); without one each plan faults in its own.
+    """
+
+    def __init__(self, w: Workload, cand: Candidate, cache_dir: Path,
+                 pool: BufferPool | None = None):
+        self.w, self.cand = w, cand
+        self.dtype = np.dtype(w.dtype)
+        units = generate_units(w, cand)
+        self.source = generate(w, cand)[0]
+        # one library per group: a neighbouring candidate recompiles only the groups it changes
+        self.libs = {k.anchor: ctypes.CDLL(str(compile_source(src, cache_dir)))
+                     for src, k in units}
+        self.kernels = {k.anchor: k for _, k in units}
+        self.groups = groups(w, cand.fused_pairs)
+        mats = materialized(w, cand.fused_pairs)
+        self.storage: dict[str, np.ndarray] = {}
+        self._last_out: dict[str, np.ndarray] = {}
+        self.logical: dict[str, np.ndarray] = {}
+        self._pool = pool
+        inter = sorted(mats - set(w.outputs))
+        names = inter + list(w.outputs)
+        sizes = [int(np.prod(w.shapes[t], dtype=np.int64)) * self.dtype.itemsize for t in names]
+        raws = (pool if pool is not None else BufferPool()).take_all(sizes)
+        self._raw = dict(zip(names, raws))
+        for t in inter:
+            self._place(t)
+        for o in w.outputs:
+            self._last_out[o] = self._raw[o].view(self.dtype).reshape(w.shapes[o])
+        self.fns = {a: getattr(self.libs[a], k.name) for a, k in self.kernels.items()}
+        for f in self.fns.values():
+            f.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+            f.restype = None
+
+    def _place(self, t: str) -> None:
+        shape = self.w.shapes[t]
+        perm = self.cand.layout(t, len(shape))
+        store = self._raw[t].view(self.dtype).reshape([shape[d] for d in perm])
+        self.storage[t] = store
+        self.logical[t] = store.transpose(np.argsort(perm))
+
+    def release(self) -> None:
+        """Give the buffers back to the pool; the plan is unusable afterwards.  An output a
+        caller still holds is not given back."""
+        if self._pool is None or not self._raw:
+            return
+        raws = list(self._raw.values())
+        self.storage, self.logical, self._last_out, self._raw = {}, {}, {}, {}
+        # every NumPy view of a buffer references it: beyond the list, the loop variable and
+        # getrefcount's argument, a reference is an array somebody still holds
+        self._pool.give([b for b in raws if sys.getrefcount(b) <= 3])
+
+    def __call__(self, **inputs: np.ndarray) -> dict[str, np.ndarray]:
+        w = self.w
+        env = dict(self.logical)
+        storage = dict(self.storage)
+        for n, shp in w.inputs:
+            if n not in inputs:
+                raise ValueError(f"missing input {n!r}")
+            a = np.ascontiguousarray(inputs[n], dtype=self.dtype)
+            if a.shape != shp:
+                raise ValueError(f"input {n!r} has shape {a.shape}, expected {shp}")
+            env[n] = storage[n] = a
+        outs = {}
+        for o in w.outputs:
+            prev = self._last_out.get(o)
+            # Reuse last call's output array when nobody holds it any more (the dict entry,
+            # ``prev`` and getrefcount's argument are the only references): fresh pages cost a
+            # page fault each, 0.1-0.3 s for a 250 MB output.  A caller who kept it gets a new
+            # one.
+            if prev is None or sys.getrefcount(prev) > 3:
+                prev = np.empty(w.shapes[o], dtype=self.dtype)
+            self._last_out[o] = prev
+            outs[o] = env[o] = storage[o] = prev
+        for g in self.groups:
+            if self.cand.schedule(g.anchor).impl == IMPL_LIBRARY:
+                self._gemm(g.anchor, env)
+            else:
+                k = self.kernels[g.anchor]
+                ptrs = (ctypes.c_void_p * len(k.args))(*[storage[t].ctypes.data for t in k.args])
+                self.fns[g.anchor](ptrs)
+        return outs
+
+    def _gemm(self, name: str, env) -> None:
+        op = self.w.op(name)
+        f = gemm_form(op)
+        A = _as3(env[f.a.tensor], f.a.idx, (f.batch, f.m, f.k))
+        B = _as3(env[f.b.tensor], f.b.idx, (f.batch, f.k, f.n))
+        out = env[name]
+        order = [op.parallel.index(i) for g in (f.batch, f.m, f.n) for i in g]
+        t = out.transpose(order)
+        shape = [int(np.prod([out.shape[op.parallel.index(i)] for i in g], dtype=np.int64))
+                 for g in (f.batch, f.m, f.n)]
+        O = t.view()
+        try:
+            O.shape = shape
+        except AttributeError:
+            O = None
+        if O is not None and _blasable(O) and O.strides[-1] == O.itemsize:
+            _matmul(A, B, O)
+        elif O is not None and _blasable(O):
+            # column-major result: compute its transpose, B^T A^T, straight into it
+            _matmul(B.transpose(0, 2, 1), A.transpose(0, 2, 1), O.transpose(0, 2, 1))
+        else:
+            res = _matmul(A, B)
+            t[...] = res.reshape(t.shape)
+            O = None
+        if f.scale != 1.0:
+            np.multiply(out, self.dtype.type(f.scale), out=out)

@@ -1,0 +1,151 @@
+"""Generated CUDA on the host: :class:`HostEmulator` is a runtime for
+:class:`autotune.backends.cuda.executor.CudaPlan` that compiles the generated kernels as C++ with a small
+header mapping the CUDA built-ins (a few threads per block with a real barrier for
+``__syncthreads``) and runs the cuBLAS argument lists through a NumPy model of
+``gemmStridedBatched``, so the CUDA backend's results are checked without a GPU."""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from autotune.backends.cuda.codegen import CudaKernel
+from autotune.backends.cuda.executor import GemmCall, emulate_gemm
+
+EMU_HEADER = r"""// CUDA built-ins for running generated kernels on the host (autotune.backends.cuda.emulator)
+#include <math.h>
+#include <string.h>
+#include <pthread.h>
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __shared__
+#define __launch_bounds__(...)
+#define __align__(n)
+#define __restrict__ __restrict
+struct at_dim3 { unsigned x, y, z; };
+static __thread at_dim3 threadIdx, blockIdx;
+static at_dim3 blockDim, gridDim;
+static pthread_barrier_t at_bar;
+static inline void __syncthreads() { pthread_barrier_wait(&at_bar); }
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+static inline float __int_as_float(unsigned int i) { float f; memcpy(&f, &i, 4); return f; }
+static inline double __longlong_as_double(unsigned long long i) {
+  double d; memcpy(&d, &i, 8); return d; }
+#define AT_SMEM_BYTES (1L << 24)
+alignas(16) float smem_f32[AT_SMEM_BYTES / 4];
+alignas(16) double smem_f64[AT_SMEM_BYTES / 8];
+struct at_job { void (*body)(void**); void** args; long grid; unsigned tid; };
+static void* at_thread(void* p) {
+  at_job* j = (at_job*)p;
+  threadIdx.x = j->tid; threadIdx.y = threadIdx.z = 0;
+  for (long b = 0; b < j->grid; ++b) {
+    blockIdx.x = (unsigned)b; blockIdx.y = blockIdx.z = 0;
+    j->body(j->args);
+    pthread_barrier_wait(&at_bar);   // the next block reuses shared memory
+  }
+  return 0;
+}
+static void at_run(long grid, int nt, void (*body)(void**), void** args) {
+  blockDim.x = (unsigned)nt; blockDim.y = blockDim.z = 1;
+  gridDim.x = (unsigned)grid; gridDim.y = gridDim.z = 1;
+  pthread_barrier_init(&at_bar, 0, (unsigned)nt);
+  pthread_t th[1024]; at_job jobs[1024];
+  for (int t = 0; t < nt; ++t) {
+    jobs[t].body = body; jobs[t].args = args; jobs[t].grid = grid; jobs[t].tid = (unsigned)t;
+    pthread_create(&th[t], 0, at_thread, &jobs[t]);
+  }
+  for (int t = 0; t < nt; ++t) pthread_join(th[t], 0);
+  pthread_barrier_destroy(&at_bar);
+}
+"""
+EMU_SMEM_BYTES = 1 << 24
+
+
+class HostEmulator:
+    """Runs the CUDA backend on the CPU for tests: the generated source compiled as C++ (g++),
+    ``threads`` threads per block with a barrier, blocks one after another; GEMMs through
+    :func:`emulate_gemm` on the same cuBLAS argument lists the GPU gets."""
+
+    def __init__(self, threads: int = 4, smem_limit: int = 227 * 1024, cxx: str = "g++"):
+        self.threads, self.smem_limit, self.cxx = threads, smem_limit, cxx
+        self.xp = np
+        self.device_name = "host emulation"
+        self.ndarray = np.ndarray
+        self.gemm_calls: list[GemmCall] = []
+        self._dlls: list = []
+
+    def compile(self, source: str, kernels: list[CudaKernel], cache_dir: Path) -> dict:
+        wrappers = []
+        for k in kernels:
+            casts = ", ".join(f"({'const ' if t not in k.writes else ''}{k.ctype}*)a[{n}]"
+                              for n, t in enumerate(k.args))
+            wrappers.append(f"static void at_body_{k.name}(void** a) {{ {k.name}({casts}); }}\n"
+                            f'extern "C" void at_launch_{k.name}(void** a, long grid, int nt) '
+                            f"{{ at_run(grid, nt, at_body_{k.name}, a); }}")
+        src = EMU_HEADER + source + "\n" + "\n".join(wrappers) + "\n"
+        flags = ["-std=c++17", "-O1", "-fPIC", "-shared", "-pthread", "-w"]
+        digest = hashlib.sha256((src + " ".join(flags)).encode()).hexdigest()[:24]
+        cache_dir = Path(cache_dir)
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        lib = cache_dir / f"emu_{digest}.so"
+        if not lib.exists():
+            with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
+                cpp = Path(tmp) / "k.cpp"
+                cpp.write_text(src)
+                out = Path(tmp) / "k.so"
+                proc = subprocess.run([self.cxx, *flags, str(cpp), "-o", str(out)],
+                                      capture_output=True, text=True)
+                if proc.returncode != 0:
+                    raise RuntimeError(f"{self.cxx} failed on the emulated kernels:\n"
+                                       f"{proc.stderr[:3000]}")
+                os.replace(out, lib)
+        dll = ctypes.CDLL(str(lib))
+        fns = {}
+        for k in kernels:
+            f = getattr(dll, f"at_launch_{k.name}")
+            f.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_long, ctypes.c_int]
+            f.restype = None
+            fns[k.name] = f
+        self._dlls.append(dll)      # keep the library loaded while its functions are used
+        return fns
+
+    def attributes(self, fn) -> dict:
+        return {}
+
+    def launch(self, fn, k: CudaKernel, args: list) -> None:
+        assert k.smem_bytes <= EMU_SMEM_BYTES
+        for a in args:
+            assert a.flags.c_contiguous
+        ptrs = (ctypes.c_void_p * len(args))(*[a.ctypes.data for a in args])
+        fn(ptrs, k.grid, min(self.threads, k.block))
+
+    def gemm(self, call: GemmCall, x, y, c, alpha: float, precision: str) -> None:
+        self.gemm_calls.append(call)
+        emulate_gemm(call, x, y, c, alpha)
+
+    def to_device(self, a):
+        return a
+
+    def to_host(self, a) -> np.ndarray:
+        return np.array(a)
+
+    def synchronize(self) -> None:
+        pass
+
+    def timer(self):
+        class _Clock:
+            def __enter__(s):
+                s.t0 = time.perf_counter()
+                return s
+
+            def __exit__(s, *exc):
+                s.seconds = time.perf_counter() - s.t0
+        return _Clock()

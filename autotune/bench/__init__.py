@@ -1,0 +1,1 @@
+"""Benchmarks: the cached plan, named plans and peers in one process, and the table of results."""

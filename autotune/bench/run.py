@@ -1,0 +1,453 @@
+"""``autotune bench``: the tuned plan against the named plans and other frameworks, in one process.
+
+    result = run_bench(load_workload("trimul_outgoing", {"N": 256}), peers=("jax", "iree"))
+    print(format_table(result))
+
+Contenders, all run on the same inputs (``seed``) and checked against the float64 reference
+(relative L2 error within the workload's ``rtol``) before any timing; a wrong one is reported and
+not timed:
+
+* ``best``: the plan cached for (workload, device, library versions); with no cached plan, a
+  search of ``search_budget`` trials runs first (and the result says so);
+* ``heuristic`` and ``unfused``: the named plans;
+* ``greedy`` (the 2023 IREE rule, per-element tiles): one run in a spawned subprocess under a
+  timeout, reported as "timed out after X s" with its cost-model prediction when it does not end;
+* peers generated from the workload's IR (:mod:`autotune.bench.peers`): ``jax`` (XLA, ``jax.jit``,
+  default precision), ``torch`` (eager), ``inductor`` (``torch.compile``) and ``iree`` (the JAX
+  function lowered to StableHLO, compiled by ``iree.compiler`` for ``llvm-cpu`` or ``cuda``, run
+  through ``iree.runtime``).  A peer whose framework is not installed is reported as skipped,
+  with the reason; it is never fatal.
+
+Timing is in interleaved rounds: every round runs each contender once, in a shuffled order; the
+median and the minimum are reported, with ratios to XLA's median and to the floor
+``max(useful flops / peak FMA rate, compulsory bytes / bandwidth)`` of the calibrated device
+spec (the machine's limit; the same flops at the library GEMM rate are reported too).
+The JSON record (:meth:`BenchResult.to_dict`) goes to ``out_dir`` with the command line, the
+machine, the versions and every time.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import random
+import shlex
+import statistics
+import sys
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from search_spaces.workload import Workload
+
+from autotune.bench.runners import (PEER_BUILDERS, Context, Runner, first_line, plan_runner,
+                            run_greedy)
+from autotune.bench.peers import PeerUnavailable   # a builder raises it when its framework is missing
+
+PEER_NAMES = ("jax", "torch", "inductor", "iree")
+PLAN_NAMES = ("best", "heuristic", "unfused", "greedy")
+ORDER = PLAN_NAMES + PEER_NAMES
+LABELS = {"jax": "jax (XLA)", "inductor": "inductor (torch.compile)", "torch": "torch (eager)"}
+DEFAULT_OUT = Path("bench") / "results"
+# One process holds several thread pools (our OpenMP, torch's, OpenBLAS's, XLA's Eigen pool) on
+# the same cores; a pool that just finished may keep spinning and slow whichever contender runs
+# next.  A pause before each timed run lets them go idle.  Attention (S=256) on 2 cores, 5
+# rounds: without it medians were 1.2-4.5x the minimum (torch.compile 60 vs 13 ms); with it
+# (and OpenMP waiting passively, see autotune.backends.cpu.executor) 1.1-1.3x.
+SETTLE_S = 0.2
+VERSION_DISTS = ("numpy", "jax", "jaxlib", "torch", "iree-base-compiler", "iree-base-runtime",
+                 "optuna", "cupy-cuda12x", "matplotlib")
+
+
+class BenchError(ValueError):
+    """A benchmark that cannot run at all (no plan cached and no search budget, bad peer name)."""
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One row of the benchmark."""
+    name: str
+    kind: str                          # "plan" | "peer"
+    status: str                        # ok | wrong | failed | skipped | timed_out
+    median_s: float | None = None
+    min_s: float | None = None
+    times_s: tuple[float, ...] = ()
+    ratio_to_xla: float | None = None  # median / XLA's median
+    ratio_to_floor: float | None = None
+    predicted_s: float | None = None   # the cost model's prediction (plans only)
+    rel_err: float | None = None
+    build_s: float | None = None       # construction (compiles of plans, lowering of peers)
+    first_call_s: float | None = None  # the checked run (JIT compiles of peers happen here)
+    error: str = ""
+    note: str = ""
+    detail: dict = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return LABELS.get(self.name, self.name)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["times_s"] = list(self.times_s)
+        return d
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """Everything one benchmark run found; ``to_dict()`` is its JSON record."""
+    workload: str
+    dims: dict
+    dtype: str
+    workload_hash: str
+    device: str                        # "cpu" | "cuda"
+    device_name: str
+    rtol: float
+    seed: int
+    rounds: int
+    command: str
+    date: str
+    machine: dict
+    versions: dict
+    db: str
+    best_plan: dict
+    search: dict | None
+    reference_s: float
+    floor: dict
+    contenders: tuple[Contender, ...]
+    json_path: str | None = None
+
+    def contender(self, name: str) -> Contender | None:
+        return next((c for c in self.contenders if c.name == name), None)
+
+    @property
+    def xla_median_s(self) -> float | None:
+        c = self.contender("jax")
+        return c.median_s if c is not None else None
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "contenders"}
+        d["xla_median_s"] = self.xla_median_s
+        d["contenders"] = {c.name: c.to_dict() for c in self.contenders}
+        return d
+
+
+# ---- helpers ----------------------------------------------------------------------------------
+def dist_version(dist: str) -> str | None:
+    """The installed version of a distribution, None when it is not installed."""
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def fmt_s(t: float | None) -> str:
+    """Seconds with a readable unit ('-' for None)."""
+    if t is None:
+        return "-"
+    if t >= 1:
+        return f"{t:.3f} s"
+    if t >= 1e-3:
+        return f"{t * 1e3:.2f} ms"
+    return f"{t * 1e6:.1f} us"
+
+
+def dims_tag(w: Workload) -> str:
+    """``N256-C128``: the dims in a file name."""
+    return "-".join(f"{k}{v}" for k, v in w.dims)
+
+
+def result_name(w: Workload, device: str) -> str:
+    return f"bench-{w.name}-{dims_tag(w)}-{device}.json"
+
+
+def compulsory_bytes(w: Workload) -> int:
+    """Inputs read once and outputs written once."""
+    item = np.dtype(w.dtype).itemsize
+    return item * (sum(math.prod(s) for _, s in w.inputs)
+                   + sum(math.prod(w.shapes[o]) for o in w.outputs))
+
+
+def floor_of(w: Workload, spec, calibrated: bool | None = None) -> dict:
+    """The roofline floor of ``w`` on a cost-model device spec: useful flops at the peak FMA
+    rate (the machine's limit) or compulsory bytes at the copy bandwidth, whichever is longer.
+    The same flops at the library GEMM rate are reported beside it (``gemm_floor_s``): what a
+    plan whose every flop ran in BLAS would take."""
+    flops = w.flops()
+    nbytes = compulsory_bytes(w)
+    compute = flops / spec.f32_flops
+    memory = nbytes / spec.bandwidth
+    return {"useful_flops": flops, "compulsory_bytes": nbytes, "peak_flops": spec.f32_flops,
+            "gemm_flops": spec.gemm_flops, "bandwidth": spec.bandwidth, "compute_s": compute,
+            "memory_s": memory, "floor_s": max(compute, memory),
+            "gemm_floor_s": max(flops / spec.gemm_flops, memory),
+            "bound": "compute" if compute >= memory else "memory",
+            "spec": spec.name, "calibrated": calibrated}
+
+
+# ---- the benchmark ------------------------------------------------------------------------------
+def _parse_peers(peers) -> tuple[str, ...]:
+    if isinstance(peers, str):
+        peers = [p for p in (s.strip() for s in peers.split(",")) if p]
+    peers = tuple(dict.fromkeys(peers))
+    bad = [p for p in peers if p not in PEER_NAMES]
+    if bad:
+        raise BenchError(f"unknown peer {bad[0]!r}: choose from {', '.join(PEER_NAMES)}")
+    return peers
+
+
+def _device_spec(env) -> tuple[Any, bool | None]:
+    """The cost-model device and whether it is calibrated (None for GPU presets)."""
+    from autotune.backends.factory import device_spec
+    if env.kind != "cpu":
+        return device_spec(env), None
+    from autotune.backends.cpu.calibrate import CalibrationWarning, calibration_path
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CalibrationWarning)
+        spec = device_spec(env)
+    ok = calibration_path().exists() and not any(
+        issubclass(c.category, CalibrationWarning) for c in caught)
+    return spec, ok
+
+
+def _cached_or_searched(w: Workload, device: str, db_path: Path, search_budget: int | None,
+                        kind: str, say) -> tuple[Any, dict, dict | None]:
+    """The cached best plan (candidate, its DB row), searching ``search_budget`` trials first
+    when none is cached; the third item describes that search (None if none ran)."""
+    from autotune.api import best_candidate, run_search
+    dims_txt = ",".join(f"{k}={v}" for k, v in w.dims)
+    cand, row = best_candidate(w, device, db_path) if db_path.exists() else (None, None)
+    searched = None
+    if cand is None:
+        if not search_budget:
+            raise BenchError(
+                f"no plan cached for {w.name} ({dims_txt}) on this {kind} in {db_path}; "
+                f"run `autotune search {w.source.removeprefix('builtin:') or w.name} --dims "
+                f"{dims_txt} --device {device} --db {db_path}` first, or pass --search-budget N")
+        from autotune.search.config import SearchConfig
+        say(f"no plan cached: searching {search_budget} trials first ...")
+        t0 = time.perf_counter()
+
+        def on_trial(p):
+            if p.done % 5 == 0 or p.done == search_budget:
+                say(f"  trial {p.done}/{search_budget}: best {fmt_s(p.best_s)} "
+                    f"({p.best_name or '-'}); {p.pruned} pruned, {p.failed} failed")
+        res = run_search(w, device, db_path, SearchConfig(budget=search_budget),
+                         on_trial=on_trial)
+        p = res.progress
+        searched = {"budget": search_budget, "wall_s": time.perf_counter() - t0,
+                    "measured": p.measured, "pruned": p.pruned, "failed": p.failed}
+        cand, row = best_candidate(w, device, db_path)
+        if cand is None:
+            raise BenchError(f"the search of {search_budget} trials found no verified plan "
+                             f"for {w.name}")
+        say(f"searched {search_budget} trials in {searched['wall_s']:.1f} s: best "
+            f"{fmt_s(row['measured_s'])} in the search")
+    return cand, row, searched
+
+
+def _check_outputs(w: Workload, runners: dict, rows: dict, ref, say) -> None:
+    """Every contender's outputs against the reference, before any timing: a failing or wrong
+    one is recorded and dropped from ``runners``."""
+    from autotune.backends.base import verify
+    for name in list(runners):
+        r, info = runners[name], rows[name]
+        try:
+            t0 = time.perf_counter()
+            outs = r.call()
+            info["first_call_s"] = time.perf_counter() - t0
+            err, why = verify(r.to_host(outs), ref, w.rtol)
+            del outs
+            r.call()                            # one more untimed warm-up run
+        except Exception as e:
+            info.update(status="failed", error=first_line(e))
+            say(f"{name}: FAILED: {info['error']}")
+            del runners[name]
+            continue
+        info["rel_err"] = err
+        if why:
+            info.update(status="wrong", error=why)
+            say(f"{name}: WRONG ({why}); not timed")
+            del runners[name]
+            continue
+        info["status"] = "ok"
+        say(f"{name}: rel err {err:.2g}  (first call {fmt_s(info['first_call_s'])})")
+
+
+def _time_rounds(runners: dict, rounds: int, seed: int, say, settle_s: float = SETTLE_S
+                 ) -> dict[str, list[float]]:
+    """Interleaved rounds: each contender once per round, in a shuffled order, each after a
+    pause of ``settle_s`` in which the previous one's worker threads go idle."""
+    times: dict[str, list[float]] = {n: [] for n in runners}
+    rng = random.Random(seed)
+    for k in range(rounds):
+        order = list(runners)
+        rng.shuffle(order)
+        for name in order:
+            time.sleep(settle_s)
+            t0 = time.perf_counter()
+            out = runners[name].call()
+            times[name].append(time.perf_counter() - t0)
+            del out
+        say(f"round {k + 1}/{rounds}: " + "  ".join(f"{n} {fmt_s(times[n][-1])}" for n in order))
+    return times
+
+
+def run_bench(w: Workload, device: str = "cpu", peers=PEER_NAMES, rounds: int = 5, db=None,
+              search_budget: int | None = None, greedy_timeout_s: float | None = 60.0,
+              seed: int = 1, out_dir: str | os.PathLike | None = DEFAULT_OUT,
+              command: str | None = None, log: Callable[[str], None] | None = None
+              ) -> BenchResult:
+    """Benchmark ``w`` on ``device`` (see the module doc).  ``greedy_timeout_s=None`` skips the
+    greedy plan; ``out_dir=None`` writes no JSON; ``log`` receives progress lines."""
+    from costmodel import estimate
+    from db.store import default_db_path
+    from search_spaces.plans import named_plan
+
+    from autotune import __version__
+    from autotune.api import cache_root, space_for
+    from autotune.backends.factory import resolve
+    from autotune.reference import reference
+    from autotune.report.best import plan_summary
+
+    say = log or (lambda s: None)
+    peers = _parse_peers(peers)
+    if rounds < 1:
+        raise BenchError("rounds must be at least 1")
+    if device == "cuda":
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # share the GPU
+    env = resolve(device)
+    spec, calibrated = _device_spec(env)
+    db_path = Path(db).expanduser() if db is not None else default_db_path()
+    dims_txt = ",".join(f"{k}={v}" for k, v in w.dims)
+    say(f"{w.name}  dims {dims_txt}  dtype {w.dtype}  on {env.name} ({env.cores} "
+        f"{'cores' if env.kind == 'cpu' else 'SMs'});  plan database {db_path}")
+
+    cand, row, searched = _cached_or_searched(w, device, db_path, search_budget, env.kind, say)
+
+    inputs = w.random_inputs(seed=seed)
+    t0 = time.perf_counter()
+    ref = reference(w, inputs)
+    ref_s = time.perf_counter() - t0
+    say(f"float64 reference: {ref_s:.2f} s")
+
+    root = cache_root(db_path)
+    space = space_for(w, env.kind)
+    plans = {"best": cand, "heuristic": named_plan(space, "heuristic"),
+             "unfused": named_plan(space, "unfused")}
+    greedy = named_plan(space, "greedy")
+    predicted = {k: estimate(w, c, spec).total_s for k, c in {**plans, "greedy": greedy}.items()}
+    ctx = Context(w, inputs, env.kind, root, env.compute_capability)
+
+    rows: dict[str, dict] = {}
+    runners: dict[str, Runner] = {}
+
+    def build(name: str, kind: str, make) -> None:
+        info = rows[name] = {"kind": kind, "detail": {}}
+        try:
+            t0 = time.perf_counter()
+            runners[name] = make()
+            info["build_s"] = time.perf_counter() - t0
+            info["detail"] = dict(runners[name].detail)
+        except PeerUnavailable as e:
+            info.update(status="skipped", error=str(e))
+            say(f"{name}: skipped ({e})")
+        except Exception as e:
+            info.update(status="failed", error=first_line(e))
+            say(f"{name}: FAILED to build: {info['error']}")
+
+    for name, c in plans.items():
+        build(name, "plan", lambda c=c: plan_runner(ctx, c))
+        rows[name]["predicted_s"] = predicted[name]
+        if name != "best" and c.key == cand.key:
+            rows[name]["note"] = "the same plan as best"
+    for name in peers:
+        build(name, "peer", lambda name=name: PEER_BUILDERS[name](ctx))
+
+    _check_outputs(w, runners, rows, ref, say)
+    times = _time_rounds(runners, rounds, seed, say)
+    runners.clear()
+
+    # -- the greedy plan: once, in a subprocess, after the rounds (no contention) -------------
+    if greedy_timeout_s is None:
+        rows["greedy"] = {"kind": "plan", "status": "skipped", "error": "not asked for"}
+    else:
+        say(f"greedy: one run in a subprocess (timeout {greedy_timeout_s:g} s) ...")
+        g = run_greedy(w, seed, env.kind, root, greedy_timeout_s, ref)
+        rows["greedy"] = {"kind": "plan", **{k: v for k, v in g.items()
+                                             if k not in ("time_s", "timeout_s")}}
+        if g["status"] in ("ok", "wrong") and "time_s" in g:
+            rows["greedy"]["note"] = "one run"
+            if g["status"] == "ok":
+                times["greedy"] = [g["time_s"]]
+        elif g["status"] == "timed_out":
+            rows["greedy"]["note"] = (f"timed out after {greedy_timeout_s:g} s (one run; "
+                                      f"compiled in {g['build_s']:.1f} s)")
+            rows["greedy"]["detail"] = {"timeout_s": greedy_timeout_s}
+    rows["greedy"]["predicted_s"] = predicted["greedy"]
+
+    # -- ratios, the floor ------------------------------------------------------------------------
+    floor = floor_of(w, spec, calibrated)
+    xla = statistics.median(times["jax"]) if times.get("jax") else None
+    contenders = []
+    for name in ORDER:
+        if name not in rows:
+            continue
+        info = rows[name]
+        ts = times.get(name, [])
+        med = statistics.median(ts) if ts else None
+        contenders.append(Contender(
+            name=name, kind=info["kind"], status=info.get("status", "failed"),
+            median_s=med, min_s=min(ts) if ts else None, times_s=tuple(ts),
+            ratio_to_xla=med / xla if (med is not None and xla) else None,
+            ratio_to_floor=med / floor["floor_s"] if med is not None else None,
+            predicted_s=info.get("predicted_s"), rel_err=info.get("rel_err"),
+            build_s=info.get("build_s"), first_call_s=info.get("first_call_s"),
+            error=info.get("error", ""), note=info.get("note", ""),
+            detail=info.get("detail", {})))
+
+    if command is None:
+        command = shlex.join([sys.executable, *sys.argv])
+    best_plan = {"plan_key": row["plan_key"], "study": row.get("study"),
+                 "trial_number": row.get("trial_number"),
+                 "measured_s_in_search": row.get("measured_s"),
+                 "predicted_s": row.get("predicted_s"), "summary": plan_summary(cand),
+                 "candidate": json.loads(row["candidate_json"])}
+    path = Path(out_dir) / result_name(w, env.kind) if out_dir is not None else None
+    result = BenchResult(
+        workload=w.name, dims=dict(w.dims), dtype=w.dtype, workload_hash=w.hash,
+        device=env.kind, device_name=env.name, rtol=w.rtol, seed=seed, rounds=rounds,
+        command=command,
+        date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        machine={"device": env.name, "cores": env.cores, "platform": platform.platform(),
+                 "python": platform.python_version(), "cc": env.library_dict().get("cc", ""),
+                 **({"compute_capability": env.compute_capability, "driver": env.driver,
+                     "cuda_runtime": env.cuda_runtime} if env.kind == "cuda" else {})},
+        versions={"autotune": __version__, **{d: dist_version(d) for d in VERSION_DISTS}},
+        db=str(db_path), best_plan=best_plan, search=searched, reference_s=ref_s,
+        floor=floor, contenders=tuple(contenders), json_path=str(path) if path else None)
+    if path is not None:
+        save_result(result, path)
+        say(f"wrote {path}")
+    return result
+
+
+def save_result(result: BenchResult, path: str | os.PathLike) -> Path:
+    """Write the JSON record (atomically)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(result.to_dict(), indent=2, default=float) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def load_result(path: str | os.PathLike) -> dict:
+    """A saved record, as the dict :meth:`BenchResult.to_dict` made."""
+    return json.loads(Path(path).read_text())

@@ -1,0 +1,1 @@
+"""The command line: a thin layer over the library, one module per command family."""

@@ -1,0 +1,4 @@
+"""python -m autotune.cli ..."""
+from autotune.cli.app import main
+
+main()

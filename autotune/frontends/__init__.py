@@ -1,0 +1,1 @@
+"""Ways into the workload language from other programs' IR."""

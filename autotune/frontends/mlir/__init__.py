@@ -1,0 +1,1 @@
+"""linalg-on-tensors MLIR to a workload, through IREE's MLIR parser."""

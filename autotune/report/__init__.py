@@ -1,0 +1,1 @@
+"""What a search found, for people: show-best, Graphviz, plots."""

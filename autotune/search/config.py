@@ -1,0 +1,69 @@
+"""What a search is configured with and reports: its knobs, its running counts, its result, the
+Optuna sampler it uses and the storage several workers of one search share."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import optuna
+
+from db.keys import PlanKey
+
+SAMPLERS = ("tpe", "random", "gp", "cmaes")
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """Knobs of one search (the CLI's options)."""
+    budget: int = 200
+    sampler: str = "tpe"
+    seed: int = 0
+    prune_factor: float = 2.0
+    timeout_factor: float = 10.0     # a run may take this many times the best so far
+    min_timeout_s: float = 30.0
+    model_seeds: int = 12            # model-ranked candidates enqueued after the named plans
+    model_pool: int = 300            # random candidates the model also ranks for them
+    climb_rounds: int = 3            # coordinate-descent rounds of the model from named plans
+    # one trial in local_every is the model's pick among mutations of the incumbent; the rest
+    # are the sampler's.  Every other (2) measured ~100 near-ties of the incumbent in a 200-trial
+    # N=702 search, each ~10 s, that the model ranked within 0.1 % of it and a 2-core machine's
+    # run-to-run noise (~10 %) could not tell apart
+    local_every: int = 3
+    storage: str | None = None       # Optuna storage shared by several workers (see open_storage)
+
+
+@dataclass
+class Progress:
+    """Running counts, handed to the progress callback after every trial."""
+    done: int = 0
+    measured: int = 0
+    pruned: int = 0
+    failed: int = 0
+    best_s: float | None = None
+    best_name: str = ""
+    last: str = ""
+    new: int = 0                     # trials this process ran (not replayed, not another's)
+
+
+@dataclass
+class SearchResult:
+    """What a search returns: its key and study, the counts, and the best plan's DB row."""
+    key: PlanKey
+    study: str
+    progress: Progress
+    best: dict | None = field(default=None)
+
+
+def make_sampler(name: str, seed: int, shared: bool = False) -> optuna.samplers.BaseSampler:
+    """``shared``: several workers sample one study at once, so TPE imagines the running
+    trials' results (constant liar) instead of proposing the same point to every worker."""
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=10, multivariate=True,
+                                          group=True, constant_liar=shared)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "gp":
+        return optuna.samplers.GPSampler(seed=seed)
+    if name == "cmaes":
+        # CMA-ES handles no categorical parameters: Optuna samples those independently
+        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+    raise ValueError(f"unknown sampler {name!r} (choices: {', '.join(SAMPLERS)})")

@@ -1,0 +1,90 @@
+"""The search: Optuna ask/tell over the space, the cost model as a filter, every trial persisted.
+
+Order of trials: the named plans (unfused, heuristic, greedy), then the candidates the cost model
+ranks best (:mod:`autotune.search.proposals`), then the sampler, with one trial in ``local_every``
+the model's pick among mutations of the best plan so far.  A candidate predicted more than
+``prune_factor`` times slower than the prediction for the best measured candidate is recorded as
+pruned without running (the model's ratios are trusted, not its absolute seconds).  Each
+finished trial is written to the database at once; a rerun of the same search replays them into
+the study and continues.  Several workers on one shared study: :mod:`autotune.search.shared`.
+"""
+from __future__ import annotations
+
+import json
+import warnings
+from typing import Callable
+
+import numpy as np
+import optuna
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState, create_trial
+
+from costmodel.devices import DeviceSpec
+from db.keys import PlanKey
+from db.store import PlanDB
+from search_spaces.space import SearchSpace
+from search_spaces.workload import Workload
+
+from autotune.search.config import Progress, SearchConfig, SearchResult, make_sampler
+from autotune.search.state import SearchState, record_trial
+
+
+def _distributions(params: dict, options: dict) -> dict:
+    return {k: CategoricalDistribution(options[k]) for k in params}
+
+
+def search(w: Workload, space: SearchSpace, backend, db: PlanDB, key: PlanKey, dev: DeviceSpec,
+           config: SearchConfig, on_trial: Callable[[Progress], None] | None = None,
+           memory_available: Callable[[], int | None] | None = None) -> SearchResult:
+    """Run (or continue) the search for ``key`` until ``config.budget`` trials exist.
+
+    ``memory_available()`` -> bytes (or None: unknown): a candidate whose predicted memory
+    (costmodel.memory_bytes) exceeds it is recorded failed without running.  With
+    ``config.storage`` the trials live in a shared Optuna study that other workers (other
+    processes, other machines) run at the same time; see :func:`_search_shared`.
+    """
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    db.add_workload(w.hash, w.name, json.dumps(w.canonical(), sort_keys=True))
+    s = SearchState(w, space, backend, dev, config, memory_available)
+    if config.storage:
+        from autotune.search.shared import search_shared
+        return search_shared(s, db, key, on_trial)
+    study_name = f"{config.sampler}-seed{config.seed}"
+    study = optuna.create_study(direction="minimize", sampler=make_sampler(config.sampler,
+                                                                          config.seed))
+    # ---- replay what an earlier run of this search finished --------------------------------
+    for row in db.trials(key.key, study_name):
+        params, opts = s.absorb(row)
+        if params and all(k in opts for k in params):
+            state = {"ok": TrialState.COMPLETE, "failed": TrialState.FAIL}.get(
+                row["status"], TrialState.PRUNED)
+            study.add_trial(create_trial(
+                params=params, distributions=_distributions(params, opts), state=state,
+                value=row["measured_s"] if state == TrialState.COMPLETE else None))
+    prog = s.prog
+    if on_trial and prog.done:
+        on_trial(prog)
+
+    # ---- queue: named plans, then the model's favourites -----------------------------------
+    if prog.done == 0:
+        for params, name in s.queue():
+            study.enqueue_trial(params, user_attrs={"name": name})
+
+    rng = np.random.default_rng(config.seed + prog.done)
+    while prog.done < config.budget:
+        # One trial in local_every is a model-filtered neighbour of the best plan so far
+        # (local search around the incumbent); the rest come from the sampler.
+        if s.incumbent and prog.done % config.local_every == 1 and not _queued(study):
+            nb = s.neighbour(rng)
+            if nb is not None:
+                study.enqueue_trial(nb)
+        trial = study.ask()
+        r = s.evaluate(trial)
+        record_trial(db, key, study_name, trial, r)
+        s.finish(study, trial, r, on_trial)
+    return SearchResult(key, study_name, prog, db.best(key.key))
+
+
+def _queued(study: optuna.Study) -> bool:
+    return any(t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False))

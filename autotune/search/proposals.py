@@ -1,0 +1,94 @@
+"""The cost model's proposals to the search: its favourites before any measurement (coordinate
+descent from the named plans, plus random draws) and, during the search, the best-predicted
+unseen mutation of the best plan so far (local search)."""
+from __future__ import annotations
+
+import numpy as np
+
+from costmodel import estimate
+from search_spaces.candidate import Candidate
+from search_spaces.plans import NAMED_PLANS, named_plan
+from search_spaces.space import params_of
+
+from autotune.search.config import SearchConfig
+
+MODEL_MARGIN = 0.97   # a model favourite must beat the best named plan's prediction by 3 %
+
+
+def model_favourites(w, space, dev, config: SearchConfig, seen: set[str]) -> list[Candidate]:
+    """Candidates the cost model ranks fastest, found by coordinate descent in parameter
+    space from the heuristic and unfused plans (one parameter changed at a time, best
+    improvement kept), plus a few random draws for diversity."""
+    pool: dict[str, tuple[float, Candidate]] = {}
+
+    def build(params: dict) -> tuple[Candidate, dict, dict]:
+        asked: dict = {}
+        used: dict = {}
+
+        def choose(name, opts):
+            opts = list(opts)
+            asked[name] = opts
+            val = params.get(name)
+            if val not in opts:
+                val = opts[len(opts) // 2] if name.startswith("tile:") else opts[0]
+            used[name] = val
+            return val
+        return space.build(choose), used, asked
+
+    def score(c: Candidate) -> float:
+        if c.key not in pool:
+            pool[c.key] = (estimate(w, c, dev).total_s, c)
+        return pool[c.key][0]
+
+    for start in ("heuristic", "unfused"):
+        params = params_of(space, named_plan(space, start))
+        if params is None:
+            continue
+        cand, params, opts = build(params)
+        best = score(cand)
+        for _ in range(config.climb_rounds):
+            improved = False
+            for name in sorted(opts):
+                for o in opts.get(name, []):
+                    if o == params.get(name):
+                        continue
+                    c, p2, o2 = build({**params, name: o})
+                    if score(c) < best * (1 - 1e-6):
+                        best, params, opts, improved = score(c), p2, o2, True
+            if not improved:
+                break
+    rng = np.random.default_rng(config.seed)
+    for _ in range(config.model_pool):
+        score(space.random(rng))
+    # only what the model clearly prefers to every named plan is worth a measurement up front
+    bar = MODEL_MARGIN * min(estimate(w, named_plan(space, n), dev).total_s for n in NAMED_PLANS)
+    ranked = sorted((v for k, v in pool.items() if k not in seen and v[0] < bar),
+                    key=lambda x: x[0])
+    return [c for _, c in ranked[: config.model_seeds]]
+
+
+def neighbour(w, space, dev, params: dict, rng, seen: set[str], tries: int = 40) -> dict | None:
+    """Params of the unseen one- or two-parameter mutation of ``params`` that the cost model
+    ranks fastest (None if every mutation tried was seen before)."""
+    best = None
+    for _ in range(tries):
+        asked: dict = {}
+        used: dict = {}
+        flips = set(rng.choice(sorted(params), size=min(len(params), int(rng.integers(1, 3))),
+                               replace=False)) if params else set()
+
+        def choose(name, opts):
+            opts = list(opts)
+            asked[name] = opts
+            val = params.get(name)
+            if name in flips or val not in opts:
+                val = opts[int(rng.integers(len(opts)))]
+            used[name] = val
+            return val
+        cand = space.build(choose)
+        if cand.key in seen:
+            continue
+        pred = estimate(w, cand, dev).total_s
+        if best is None or pred < best[0]:
+            best = (pred, used)
+    return best[1] if best else None

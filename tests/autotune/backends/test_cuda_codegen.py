@@ -1,0 +1,441 @@
+"""The CUDA backend without a GPU, and with one.
+
+* The CUDA source of every built-in's named plans and of 5 random candidates per built-in (plus a
+  float64 program using every function) compiles with nvcc for sm_80 and sm_90: one .cu per
+  workload holding all its plans (kernel names prefixed per plan), one nvcc call with two
+  -gencode options, so the whole check is a handful of compiles.  Skipped without nvcc.
+* The same kernels run on the CPU under autotune.backends.cuda.emulator.HostEmulator (the source compiled
+  as C++, several threads per block with a real barrier for __syncthreads, cuBLAS argument lists
+  through a NumPy model of gemmStridedBatched) and match the float64 reference.  Skipped
+  without g++.
+* Tiles whose footprints exceed shared memory are rejected before anything is compiled or
+  launched, and costmodel.cuda_limits agrees with the generated kernels.
+* ``@pytest.mark.cuda`` tests need CuPy and a device: CudaPlan on the GPU against the reference
+  for every built-in's named plans, CUDA-event timing, the >48 KB shared-memory opt-in, TF32.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from autotune.cli.app import app
+from autotune.backends.cuda.codegen import TileTooLarge, check_limits, generate_cuda, kernel_source
+from autotune.backends.cuda.emulator import HostEmulator
+from autotune.backends.cuda.executor import CudaPlan, Mat, emulate_gemm, plan_gemm, precision_of
+from autotune.backends.base import verify
+from autotune.reference import reference
+from costmodel import preset
+from costmodel.cuda_limits import over_limit, shared_bytes
+from search_spaces import builtin_names, load_workload, parse_workload
+from search_spaces.candidate import GroupSchedule, make_candidate
+from search_spaces.plans import NAMED_PLANS, named_plan
+from search_spaces.space import SearchSpace, TileBounds
+
+NVCC = shutil.which("nvcc")
+CXX = shutil.which("g++")
+BOUNDS = TileBounds(1, 1024)
+RANDOM_PER_WORKLOAD = 5
+SMALL = {"trimul_outgoing": {"N": 12, "C": 8}, "trimul_incoming": {"N": 12, "C": 8},
+         "attention": {"S": 16, "H": 2, "D": 8, "C": 16},
+         "gated_mlp": {"T": 16, "C": 16, "F": 32},
+         "outer_product_mean": {"S": 6, "N": 8, "C": 8, "E": 4, "Z": 8}}
+
+KITCHEN = '''name = "kitchen"
+summary = "every function, max=, powers and a contraction, in float64"
+dtype = "float64"
+outputs = ["out", "m"]
+program = """
+e[i,j]   = exp(x[i,j] * 0.1) + log(abs(x[i,j]) + 1) + sqrt(abs(x[i,j])) + rsqrt(abs(x[i,j]) + 1)
+g[i,j]   = sigmoid(e[i,j]) * tanh(x[i,j]) + relu(x[i,j]) - max(x[i,j], 0.5) + min(x[i,j], -0.5)
+m[i]   max= g[i,j]
+p[i,j]   = g[i,j] ** 2 + (x[i,j] * x[i,j] + 1) ** -1
+s[i,k]  += p[i,j] * y[j,k]
+out[i,k] = -s[i,k] / (m[i] + 2)
+"""
+[dims]
+I = 12
+J = 10
+K = 9
+[inputs]
+x = ["I", "J"]
+y = ["J", "K"]
+[tolerance]
+rtol = 1e-9
+'''
+WORKLOADS = list(builtin_names()) + ["kitchen"]
+
+
+def small(name: str):
+    if name == "kitchen":
+        return parse_workload(KITCHEN, "kitchen.toml")
+    return load_workload(name, SMALL.get(name, {}))
+
+
+def candidates(w, n_random: int, seed: int = 0):
+    space = SearchSpace(w, BOUNDS)
+    rng = np.random.default_rng(seed)
+    out = [named_plan(space, n) for n in NAMED_PLANS]
+    seen = {c.key for c in out}
+    for _ in range(20 * n_random):
+        if len(out) >= len(NAMED_PLANS) + n_random:
+            break
+        c = space.random(rng)
+        if c.key not in seen:
+            seen.add(c.key)
+            out.append(c)
+    return out
+
+
+# ---- nvcc: every named plan and a sample of candidates compiles for sm_80 and sm_90 ---------------
+@pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH")
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_generated_cuda_compiles_with_nvcc(name, tmp_path):
+    w = small(name)
+    parts, where, line = [], [], 1
+    n_kernels = 0
+    for j, cand in enumerate(candidates(w, RANDOM_PER_WORKLOAD)):
+        src, kernels = generate_cuda(w, cand, prefix=f"p{j}_")
+        n_kernels += len(kernels)
+        where.append((line, cand.name or cand.key))
+        parts.append(src)
+        line += src.count("\n") + 1
+    cu = tmp_path / f"{name}.cu"
+    cu.write_text("\n".join(parts))
+    cmd = [NVCC, "-std=c++17", "-gencode", "arch=compute_80,code=sm_80",
+           "-gencode", "arch=compute_90,code=sm_90", "-c", str(cu), "-o", str(tmp_path / "k.o")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        errors = [l for l in proc.stderr.splitlines() if "error" in l][:10]
+        plans = set()
+        for l in errors:
+            m = re.search(r"\((\d+)\): error", l)
+            if m:
+                plans.add(next(p for start, p in reversed(where) if start <= int(m.group(1))))
+        pytest.fail(f"nvcc rejected the generated source of {name} (plans {sorted(plans)}):\n"
+                    + "\n".join(errors) + f"\n--- full stderr ---\n{proc.stderr[:4000]}")
+    assert n_kernels > 0 or name == "kitchen"
+    # every kernel appears in the object file under its (unmangled, extern "C") name
+    syms = subprocess.run(["cuobjdump", "-symbols", str(tmp_path / "k.o")],
+                          capture_output=True, text=True) if shutil.which("cuobjdump") else None
+    if syms is not None and syms.returncode == 0:
+        assert "p0_group_" in syms.stdout or n_kernels == 0
+
+
+def _libnvrtc():
+    """libnvrtc from the nvidia-cuda-nvrtc wheel or the system, loaded; None if absent."""
+    import ctypes
+    import ctypes.util
+    import importlib.util
+    paths = []
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        paths += sorted(Path(root).glob("cuda_nvrtc/lib/libnvrtc.so*"))
+    found = ctypes.util.find_library("nvrtc")
+    for p in [str(p) for p in paths if ".alt." not in p.name] + ([found] if found else []):
+        try:
+            return ctypes.CDLL(p)
+        except OSError:
+            continue
+    return None
+
+
+NVRTC = _libnvrtc()
+
+
+@pytest.mark.skipif(NVRTC is None, reason="libnvrtc not found (pip install nvidia-cuda-nvrtc-cu12)")
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_generated_cuda_compiles_with_nvrtc(name):
+    """The runtime compiles through NVRTC (cupy.RawModule): the same sources, the same options."""
+    import ctypes
+    from autotune.backends.cuda.executor import NVRTC_OPTIONS
+    w = small(name)
+    src = "\n".join(generate_cuda(w, c, prefix=f"p{j}_")[0]
+                    for j, c in enumerate(candidates(w, RANDOM_PER_WORKLOAD)))
+    for arch in ("sm_80", "sm_90"):
+        prog = ctypes.c_void_p()
+        assert NVRTC.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"plans.cu", 0,
+                                        None, None) == 0
+        opts = [o.encode() for o in NVRTC_OPTIONS] + [f"--gpu-architecture={arch}".encode()]
+        rc = NVRTC.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+        size = ctypes.c_size_t()
+        NVRTC.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+        log = ctypes.create_string_buffer(size.value)
+        NVRTC.nvrtcGetProgramLog(prog, log)
+        NVRTC.nvrtcDestroyProgram(ctypes.byref(prog))
+        assert rc == 0, f"NVRTC ({arch}) rejected {name}:\n{log.value.decode()[:4000]}"
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH")
+def test_one_kernel_file_compiles_alone(tmp_path):
+    """What `autotune emit` writes per kernel (prelude + kernel) is a complete translation unit."""
+    w = small("trimul_outgoing")
+    src, kernels = generate_cuda(w, named_plan(SearchSpace(w, BOUNDS), "heuristic"))
+    k = max(kernels, key=lambda k: k.smem_bytes)
+    cu = tmp_path / f"{k.name}.cu"
+    cu.write_text(kernel_source(src, k))
+    proc = subprocess.run([NVCC, "-std=c++17", "-arch=sm_90", "-c", str(cu), "-o",
+                           str(tmp_path / "k.o")], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[:3000]
+
+
+# ---- the generated kernels run under the host emulator and match the reference --------------------
+@pytest.fixture(scope="module")
+def emulator():
+    if CXX is None:
+        pytest.skip("g++ not on PATH")
+    return HostEmulator(threads=4)
+
+
+@pytest.fixture(scope="module")
+def kernel_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("emu-kernels")
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_emulated_plans_match_reference(name, emulator, kernel_cache):
+    w = small(name)
+    inputs = w.random_inputs(seed=2)
+    ref = reference(w, inputs)
+    for cand in candidates(w, 2, seed=1):
+        plan = CudaPlan(w, cand, kernel_cache, runtime=emulator)
+        outs = plan(**inputs)
+        err, why = verify(outs, ref, w.rtol)
+        assert not why, f"{name} plan {cand.name or cand.key}: {why}\n{cand.to_json()}"
+        # a second call reuses the plan's buffers and gives the same answer
+        again = plan(**inputs)
+        for o in w.outputs:
+            np.testing.assert_array_equal(again[o], outs[o])
+
+
+def test_emulated_boundary_tiles_and_layouts(emulator, kernel_cache):
+    """Tiles that do not divide the extents, every fused chain, non-identity layouts."""
+    w = load_workload("trimul_outgoing", {"N": 13, "C": 6})
+    space = SearchSpace(w, BOUNDS)
+    base = named_plan(space, "heuristic")
+    inputs = w.random_inputs(seed=4)
+    ref = reference(w, inputs)
+    scheds = [GroupSchedule(s.anchor, (4, 8, 4)[: len(s.tiles)], s.impl)
+              if s.impl == "loop" else s for s in base.schedules]
+    cand = make_candidate(base.fused, dict(base.layouts), scheds, "odd-tiles")
+    plan = CudaPlan(w, cand, kernel_cache, runtime=emulator)
+    assert any(k.grid > 1 for k in plan.kernels.values())
+    _, why = verify(plan(**inputs), ref, w.rtol)
+    assert not why, why
+
+
+def test_emulated_timed_call_and_device_inputs(emulator, kernel_cache):
+    w = small("gated_mlp")
+    inputs = w.random_inputs(seed=6)
+    plan = CudaPlan(w, named_plan(SearchSpace(w, BOUNDS), "heuristic"), kernel_cache,
+                    runtime=emulator)
+    outs, times = plan.timed_call(inputs, warmup=1, repeats=3)
+    assert len(times) == 3 and all(t > 0 for t in times)
+    _, why = verify(outs, reference(w, inputs), w.rtol)
+    assert not why, why
+    with pytest.raises(ValueError, match="missing input"):
+        plan(**{k: v for k, v in list(inputs.items())[1:]})
+
+
+# ---- cuBLAS argument lists --------------------------------------------------------------------
+def _strided(rng, batch, rows, cols, order):
+    """A (batch, rows, cols) array stored in ``order`` (a permutation of 0,1,2, outermost first),
+    returned as the logical view and its Mat."""
+    shape = (batch, rows, cols)
+    store = rng.standard_normal([shape[d] for d in order])
+    view = store.transpose(np.argsort(order))
+    st = [s // view.itemsize for s in view.strides]
+    return view, store, Mat(rows, cols, st[1], st[2], st[0] if batch > 1 else 0)
+
+
+@pytest.mark.parametrize("oa,ob,oc", list(itertools.product(
+    [(0, 1, 2), (0, 2, 1), (1, 0, 2), (2, 0, 1)], repeat=3))[::3])
+def test_plan_gemm_matches_matmul(oa, ob, oc):
+    rng = np.random.default_rng(sum(oa) * 7 + sum(ob) * 3 + sum(oc))
+    batch, M, K, N = 3, 5, 4, 6
+    A, a_store, ma = _strided(rng, batch, M, K, oa)
+    B, b_store, mb = _strided(rng, batch, K, N, ob)
+    C, c_store, mc = _strided(rng, batch, M, N, oc)
+    call = plan_gemm(ma, mb, mc, batch)      # every matrix here has a unit stride: no copies
+    assert not isinstance(call, str), call
+    bufs = {"A": a_store, "B": b_store}
+    emulate_gemm(call, bufs[call.first], bufs[call.second], c_store, 0.5)
+    np.testing.assert_allclose(C, 0.5 * A @ B, rtol=1e-12)
+
+
+def test_plan_gemm_transposes_and_copies():
+    # row-major everything: C^T = B^T A^T with no transposes
+    call = plan_gemm(Mat(5, 4, 4, 1, 20), Mat(4, 6, 6, 1, 24), Mat(5, 6, 6, 1, 30), 2)
+    assert (call.first, call.transa, call.transb, call.ldc) == ("B", "N", "N", 6)
+    # column-major output: C = A B directly
+    call = plan_gemm(Mat(5, 4, 4, 1, 0), Mat(4, 6, 1, 4, 0), Mat(5, 6, 1, 5, 0), 1)
+    assert (call.first, call.transa, call.transb, call.ldc) == ("A", "T", "N", 5)
+    # an operand with no unit stride must be copied first
+    assert plan_gemm(Mat(5, 4, 8, 2, 0), Mat(4, 6, 6, 1, 0), Mat(5, 6, 6, 1, 0), 1) == "A"
+
+
+# ---- shared-memory limits ------------------------------------------------------------------------
+class _NoCompile(HostEmulator):
+    def compile(self, *a, **k):
+        raise AssertionError("compiled although a tile exceeds shared memory")
+
+
+def _with_tiles(cand, anchor, tiles):
+    scheds = [GroupSchedule(s.anchor, tiles, s.impl) if s.anchor == anchor else s
+              for s in cand.schedules]
+    return make_candidate(cand.fused, dict(cand.layouts), scheds, cand.name)
+
+
+def test_tiles_over_shared_memory_are_rejected_before_launch(tmp_path):
+    w = load_workload("trimul_outgoing", {"N": 702})
+    heur = named_plan(SearchSpace(w, BOUNDS), "heuristic")
+    big = _with_tiles(heur, "xn", (8, 702, 128))       # 8 x 702 x 128 floats of xc: 2.9 MB
+    with pytest.raises(TileTooLarge, match=r"shared memory per block .* > 227 KB"):
+        CudaPlan(w, big, tmp_path, runtime=_NoCompile(smem_limit=227 * 1024))
+    _, kernels = generate_cuda(w, big)
+    with pytest.raises(TileTooLarge):
+        check_limits(kernels, 163 * 1024, "sm_80")
+    with pytest.raises(TileTooLarge):
+        generate_cuda(w, big, smem_limit=227 * 1024)
+    # the cost model learns the same: over the limit on the GPU presets, never on the CPU
+    assert shared_bytes(w, big) == max(k.smem_bytes for k in kernels) > 227 * 1024
+    assert over_limit(w, big, preset("h200")) and over_limit(w, big, preset("a100"))
+    assert not over_limit(w, big, preset("cpu"))
+    assert not over_limit(w, heur, preset("h200"))
+
+
+def test_shared_bytes_agrees_with_generated_kernels():
+    for name in builtin_names():
+        w = small(name)
+        for cand in candidates(w, 8, seed=5):
+            _, kernels = generate_cuda(w, cand)
+            assert shared_bytes(w, cand) == max([k.smem_bytes for k in kernels], default=0)
+            for k in kernels:
+                assert 32 <= k.block <= 256 and k.block % 32 == 0
+                assert k.grid == math.prod(math.ceil(e / t) for e, t in
+                                           zip(w.op(k.anchor).out_shape, k.tiles))
+
+
+def test_precision_follows_the_tolerance():
+    w = small("trimul_outgoing")
+    assert precision_of(w) == "fp32"                     # rtol 1e-4: no TF32
+    loose = parse_workload(KITCHEN.replace('dtype = "float64"', 'dtype = "float32"')
+                           .replace("rtol = 1e-9", "rtol = 1e-3"), "k.toml")
+    assert precision_of(loose) == "tf32"
+    assert precision_of(small("kitchen")) == "fp64"
+
+
+# ---- autotune emit ---------------------------------------------------------------------------------
+def test_emit_writes_one_cu_per_kernel_and_a_readme(tmp_path):
+    runner = CliRunner()
+    out = tmp_path / "cuda"
+    r = runner.invoke(app, ["emit", "trimul_outgoing", "--dims", "N=16,C=8", "--plan",
+                            "heuristic", "--device", "cuda", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    w = small("trimul_outgoing")
+    _, kernels = generate_cuda(w, named_plan(SearchSpace(w, BOUNDS), "heuristic"))
+    assert sorted(p.name for p in out.glob("*.cu")) == sorted(f"{k.name}.cu" for k in kernels)
+    readme = (out / "README.txt").read_text()
+    for k in kernels:
+        assert f"{k.name}.cu: anchor {k.anchor}" in readme and f"grid {k.grid}" in readme
+    assert "library GEMM (cuBLAS)" in readme
+    r = runner.invoke(app, ["emit", "trimul_outgoing", "--dims", "N=16,C=8", "--plan", "greedy",
+                            "--device", "cpu", "--out", str(tmp_path / "cpu")])
+    assert r.exit_code == 0, r.output
+    assert "void group_" in (tmp_path / "cpu" / "plan.c").read_text()
+    r = runner.invoke(app, ["emit", "--plan", "fastest", "--out", str(tmp_path / "x")])
+    assert r.exit_code == 1 and "--plan 'fastest'" in r.output
+
+
+def _cuda_device() -> bool:
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+@pytest.mark.skipif(_cuda_device(), reason="a GPU is present")
+def test_emit_best_without_gpu_is_one_line(tmp_path):
+    r = CliRunner().invoke(app, ["emit", "--plan", "best", "--device", "cuda", "--out",
+                                 str(tmp_path)])
+    assert r.exit_code == 1
+    assert len(r.output.strip().splitlines()) == 1 and "no NVIDIA GPU" in r.output
+
+
+# ---- on a GPU ------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def gpu():
+    if not _cuda_device():
+        pytest.skip("needs CuPy and a CUDA device")
+    from autotune.backends.cuda.executor import CupyRuntime
+    return CupyRuntime()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_gpu_plans_match_reference(name, gpu, tmp_path):
+    w = small(name)
+    inputs = w.random_inputs(seed=3)
+    ref = reference(w, inputs)
+    for cand in candidates(w, 3, seed=2):
+        plan = CudaPlan(w, cand, tmp_path, runtime=gpu)
+        _, why = verify(plan(**inputs), ref, w.rtol)
+        assert not why, f"{name} plan {cand.name or cand.key}: {why}\n{cand.to_json()}"
+
+
+@pytest.mark.cuda
+def test_gpu_named_plans_at_larger_dims_and_event_timing(gpu, tmp_path):
+    w = load_workload("trimul_outgoing", {"N": 96, "C": 32})
+    inputs = w.random_inputs(seed=1)
+    ref = reference(w, inputs)
+    for name in NAMED_PLANS:
+        plan = CudaPlan(w, named_plan(SearchSpace(w, BOUNDS), name), tmp_path, runtime=gpu)
+        outs, times = plan.timed_call(inputs, warmup=1, repeats=3)
+        _, why = verify(outs, ref, w.rtol)
+        assert not why, f"{name}: {why}"
+        assert len(times) == 3 and all(0 < t < 10 for t in times)
+        assert plan.precision == "fp32"
+
+
+@pytest.mark.cuda
+def test_gpu_shared_memory_opt_in(gpu, tmp_path):
+    w = load_workload("trimul_outgoing", {"N": 128, "C": 128})
+    heur = named_plan(SearchSpace(w, BOUNDS), "heuristic")
+    cand = _with_tiles(heur, "xn", (1, 128, 128))      # xc: 64 KB of shared memory per block
+    plan = CudaPlan(w, cand, tmp_path, runtime=gpu)
+    assert any(k.needs_opt_in for k in plan.kernels.values())
+    inputs = w.random_inputs(seed=5)
+    _, why = verify(plan(**inputs), reference(w, inputs), w.rtol)
+    assert not why, why
+
+
+@pytest.mark.cuda
+def test_gpu_tf32_when_tolerance_admits(gpu, tmp_path):
+    import dataclasses
+    w = load_workload("gated_mlp", {"T": 64, "C": 64, "F": 128})
+    loose = dataclasses.replace(w, rtol=1e-2)
+    plan = CudaPlan(loose, named_plan(SearchSpace(loose, BOUNDS), "unfused"), tmp_path,
+                    runtime=gpu)
+    assert plan.precision == "tf32"
+    inputs = loose.random_inputs(seed=1)
+    _, why = verify(plan(**inputs), reference(loose, inputs), loose.rtol)
+    assert not why, why
+
+
+@pytest.mark.cuda
+def test_gpu_search_smoke(gpu, tmp_path):
+    from autotune.api import run_search
+    from autotune.backends.base import MeasureSettings
+    from autotune.search.config import SearchConfig
+    w = load_workload("trimul_outgoing", {"N": 32, "C": 16})
+    res = run_search(w, "cuda", tmp_path / "plans.sqlite", SearchConfig(budget=6),
+                     MeasureSettings(warmup=1, repeats=2))
+    assert res.best is not None and res.progress.measured >= 1

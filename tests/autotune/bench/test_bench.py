@@ -1,0 +1,203 @@
+"""`autotune bench` and `autotune plot`: run_bench on a tiny workload, checks before timing,
+missing peers skipped, the JSON record, the plots and Spearman's rho."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from autotune.bench import run as bench
+from autotune.bench import runners as bench_runners
+from autotune.bench.run import BenchError, Runner, run_bench
+from autotune.bench.table import format_table
+from autotune.report.plots import rankdata, spearman_rho
+from search_spaces import load_workload
+
+DIMS = {"N": 12, "C": 8}
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def tiny():
+    return load_workload("trimul_outgoing", DIMS)
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    """One bench run that searches first (budget 4) into a fresh database."""
+    pytest.importorskip("jax")
+    root = tmp_path_factory.mktemp("bench")
+    db = root / "plans.sqlite"
+    res = run_bench(tiny(), "cpu", peers=("jax", "torch"), rounds=2, db=db, search_budget=4,
+                    greedy_timeout_s=120, out_dir=root / "results", command="autotune bench x")
+    return res, db, root
+
+
+def test_run_bench_searches_times_and_saves(searched):
+    res, db, root = searched
+    assert res.search is not None and res.search["budget"] == 4
+    for name in ("best", "unfused", "heuristic", "jax"):
+        c = res.contender(name)
+        assert c.status == "ok", (name, c.error)
+        assert c.median_s > 0 and c.min_s <= c.median_s and len(c.times_s) == 2
+        assert c.rel_err <= res.rtol
+    assert res.contender("jax").ratio_to_xla == pytest.approx(1.0)
+    assert res.contender("best").ratio_to_xla == pytest.approx(
+        res.contender("best").median_s / res.xla_median_s)
+    for name in ("best", "unfused", "heuristic", "greedy"):
+        assert res.contender(name).predicted_s > 0
+    g = res.contender("greedy")
+    assert g.status == "ok", g.error        # tiny: the one run ends well within the timeout
+    assert g.median_s > 0 and g.note == "one run"
+    torch = res.contender("torch")
+    if torch.status != "ok":                 # not installed here: skipped with the reason
+        assert torch.status == "skipped" and "PyTorch" in torch.error
+    fl = res.floor
+    assert fl["floor_s"] == max(fl["compute_s"], fl["memory_s"]) > 0
+    # the floor is the machine's limit (peak FMA rate); the library GEMM rate is quoted beside it
+    assert fl["compute_s"] == pytest.approx(fl["useful_flops"] / fl["peak_flops"])
+    assert fl["gemm_floor_s"] == pytest.approx(max(fl["useful_flops"] / fl["gemm_flops"],
+                                                   fl["memory_s"]))
+    path = root / "results" / "bench-trimul_outgoing-N12-C8-cpu.json"
+    assert res.json_path == str(path)
+    rec = json.loads(path.read_text())
+    assert rec["command"] == "autotune bench x"
+    assert rec["contenders"]["jax"]["times_s"] == list(res.contender("jax").times_s)
+    assert rec["versions"]["numpy"] == np.__version__ and rec["machine"]["cores"] >= 1
+    assert rec["best_plan"]["plan_key"] and rec["search"]["budget"] == 4
+    table = format_table(rec)
+    assert table == format_table(res)
+    for word in ("best", "heuristic", "unfused", "greedy", "jax (XLA)", "floor", "1.00x"):
+        assert word in table
+
+
+def test_cached_plan_is_reused_without_searching(searched, monkeypatch):
+    _, db, _ = searched
+    monkeypatch.setattr("autotune.api.run_search", lambda *a, **k: pytest.fail("searched"))
+    res = run_bench(tiny(), peers=(), rounds=1, db=db, search_budget=4, greedy_timeout_s=None,
+                    out_dir=None)
+    assert res.search is None and res.contender("best").status == "ok"
+    assert res.contender("greedy").status == "skipped" and res.json_path is None
+    assert res.xla_median_s is None and res.contender("best").ratio_to_xla is None
+
+
+def test_no_cached_plan_and_no_budget_is_one_line_error(tmp_path):
+    with pytest.raises(BenchError) as e:
+        run_bench(tiny(), peers=(), db=tmp_path / "none.sqlite", out_dir=None)
+    msg = str(e.value)
+    assert "\n" not in msg and "autotune search" in msg and "--search-budget" in msg
+
+
+def test_unknown_peer_is_rejected():
+    with pytest.raises(BenchError, match="unknown peer 'tvm'"):
+        run_bench(tiny(), peers=("jax", "tvm"), out_dir=None)
+
+
+def test_wrong_and_failing_contenders_are_reported_not_timed(searched, monkeypatch):
+    _, db, _ = searched
+    w = tiny()
+
+    def wrong(ctx):
+        zeros = {o: np.zeros(w.shapes[o], dtype=np.float32) for o in w.outputs}
+        return Runner(lambda: zeros, dict)
+
+    def broken(ctx):
+        raise RuntimeError("compiler crashed\nsecond line")
+
+    def missing(ctx):
+        raise bench.PeerUnavailable("iree is not installed here")
+    monkeypatch.setitem(bench.PEER_BUILDERS, "jax", wrong)
+    monkeypatch.setitem(bench.PEER_BUILDERS, "torch", broken)
+    monkeypatch.setitem(bench.PEER_BUILDERS, "iree", missing)
+    res = run_bench(w, peers="jax,torch,iree", rounds=1, db=db, greedy_timeout_s=None,
+                    out_dir=None)
+    j = res.contender("jax")
+    assert j.status == "wrong" and j.median_s is None and j.times_s == ()
+    assert "wrong result in 'out'" in j.error and j.rel_err == pytest.approx(1.0)
+    t = res.contender("torch")
+    assert t.status == "failed" and t.error == "RuntimeError: compiler crashed"
+    i = res.contender("iree")
+    assert i.status == "skipped" and i.error == "iree is not installed here"
+    assert res.contender("best").status == "ok"
+    table = format_table(res)
+    assert "WRONG, not timed" in table and "skipped: iree is not installed here" in table
+
+
+def test_iree_peer_matches_reference():
+    pytest.importorskip("jax")
+    pytest.importorskip("iree.compiler")
+    pytest.importorskip("iree.runtime")
+    from autotune.backends.base import verify
+    from autotune.reference import reference
+    w = tiny()
+    inputs = w.random_inputs(seed=3)
+    r = bench_runners.iree_runner(bench_runners.Context(w, inputs, "cpu", None))
+    err, why = verify(r.to_host(r.call()), reference(w, inputs), w.rtol)
+    assert not why, why
+    assert "stablehlo" in bench_runners.stablehlo_text(w) and r.detail["target"] == "llvm-cpu"
+
+
+# ---- Spearman's rho -------------------------------------------------------------------------
+def test_spearman_rho_of_a_known_permutation():
+    # ranks differ by d = (-1, 1, -1, 1, 0): rho = 1 - 6 * 4 / (5 * (25 - 1)) = 0.8
+    assert spearman_rho([1, 2, 3, 4, 5], [2, 1, 4, 3, 5]) == pytest.approx(0.8)
+    assert spearman_rho([0.1, 0.5, 9.0], [3, 20, 1000]) == pytest.approx(1.0)
+    assert spearman_rho([1, 2, 3, 4], [40, 30, 20, 10]) == pytest.approx(-1.0)
+    assert math.isnan(spearman_rho([1], [2]))
+
+
+def test_ranks_average_ties():
+    assert list(rankdata([10, 20, 20, 30])) == [1, 2.5, 2.5, 4]
+    # with ties rho is Pearson's r of the average ranks: x ranks (1, 2.5, 2.5, 4), y (1..4)
+    rx, ry = np.array([1, 2.5, 2.5, 4]), np.arange(1, 5.0)
+    want = np.corrcoef(rx, ry)[0, 1]
+    assert spearman_rho([10, 20, 20, 30], [1, 2, 3, 4]) == pytest.approx(want)
+
+
+# ---- plots -------------------------------------------------------------------------------------
+def test_plots_are_non_empty_pngs(searched, tmp_path):
+    pytest.importorskip("matplotlib")
+    from autotune.report.plots import plot_all, plot_bench
+    res, db, root = searched
+    written = plot_all(tiny(), tmp_path / "plots", db=db, results_dir=root / "results")
+    assert set(written) == {"history", "predicted_vs_measured", "bench", "rho"}
+    assert -1 <= written["rho"] <= 1 or math.isnan(written["rho"])
+    for name in ("history", "predicted_vs_measured", "bench"):
+        data = written[name].read_bytes()
+        assert data.startswith(PNG) and len(data) > 5000, name
+    p = plot_bench(res, tmp_path / "bar.png")
+    assert p.read_bytes().startswith(PNG)
+
+
+def test_plot_without_trials_is_an_error(tmp_path):
+    pytest.importorskip("matplotlib")
+    from autotune.report.plots import PlotError, plot_all
+    with pytest.raises(PlotError, match="autotune search"):
+        plot_all(tiny(), tmp_path / "p", db=tmp_path / "empty.sqlite")
+
+
+# ---- the CLI -----------------------------------------------------------------------------------
+def test_cli_bench_and_plot(searched, tmp_path):
+    from autotune.cli.app import app
+    _, db, _ = searched
+    runner = CliRunner()
+    r = runner.invoke(app, ["bench", "trimul_outgoing", "--dims", "N=12,C=8", "--peers", "jax",
+                            "--rounds", "1", "--greedy-timeout", "0", "--db", str(db),
+                            "--out", str(tmp_path / "res")])
+    assert r.exit_code == 0, r.output
+    assert "jax (XLA)" in r.stdout and "floor" in r.stdout
+    assert (tmp_path / "res" / "bench-trimul_outgoing-N12-C8-cpu.json").exists()
+    r = runner.invoke(app, ["bench", "trimul_outgoing", "--dims", "N=12,C=8", "--db",
+                            str(tmp_path / "empty.sqlite"), "--out", str(tmp_path / "res")])
+    assert r.exit_code == 1 and "--search-budget" in r.output
+    r = runner.invoke(app, ["bench", "--peers", "jax,tvm", "--dims", "N=12,C=8"])
+    assert r.exit_code == 1 and "unknown peer 'tvm'" in r.output
+    pytest.importorskip("matplotlib")
+    r = runner.invoke(app, ["plot", "trimul_outgoing", "--dims", "N=12,C=8", "--db", str(db),
+                            "--results", str(tmp_path / "res"), "--out", str(tmp_path / "p")])
+    assert r.exit_code == 0, r.output
+    for f in ("history.png", "predicted_vs_measured.png", "bench.png"):
+        assert (tmp_path / "p" / f).read_bytes().startswith(PNG)
+    assert "Spearman's rho" in r.stdout

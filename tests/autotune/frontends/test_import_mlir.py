@@ -1,0 +1,217 @@
+"""`autotune import-mlir`: linalg-on-tensors MLIR -> workload, checked through the reference.
+
+(a) the built-ins themselves: their JAX peer -> StableHLO -> `iree-compile --compile-to=input`
+    (linalg on tensors) -> import -> the imported workload's float64 reference equals the
+    built-in's on the same inputs;
+(b) hand-written linalg IR (a fused triangle einsum with its gating inside the body; named ops
+    and reshapes) against NumPy;
+(c) what cannot be imported is one line naming the op and its line.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("iree.compiler")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from tests.support import DATA  # noqa: E402
+
+import autotune  # noqa: E402
+from autotune.cli.app import app  # noqa: E402
+from autotune.frontends.mlir.importer import (MlirImportError, MlirUnavailable, import_mlir,  # noqa: E402
+                                  import_mlir_file)
+from search_spaces import load_workload, parse_workload  # noqa: E402
+
+runner = CliRunner()
+
+# Small dims, powers of two, so that every constant of the program (1/C, 1/sqrt(D), ...) is exact
+# in the float32 IR and the two float64 references can agree to 1e-10.
+SMALL = {
+    "trimul_outgoing": {"N": 8, "C": 4},
+    "trimul_incoming": {"N": 8, "C": 4},
+    "gated_mlp": {"T": 8, "C": 4, "F": 16},
+    "attention": {"S": 8, "H": 2, "D": 4, "C": 16},
+    "outer_product_mean": {"S": 4, "N": 8, "C": 16, "E": 2, "Z": 8},
+}
+
+
+def linalg_of_builtin(name: str) -> tuple:
+    """The built-in at small dims, and its JAX peer lowered to linalg on tensors by IREE."""
+    jax = pytest.importorskip("jax")
+    from iree.compiler.tools import compile_str
+
+    from autotune.bench.peers import jax_function
+    w = load_workload(name, SMALL[name])
+    fn = jax_function(w, precision="highest")
+    names = w.input_names
+
+    def positional(*args):   # the function's arguments in the workload's input order
+        outs = fn(**dict(zip(names, args)))
+        return tuple(outs[o] for o in w.outputs)
+    specs = [jax.ShapeDtypeStruct(shape, np.dtype(w.dtype)) for _, shape in w.inputs]
+    stablehlo = jax.jit(positional).lower(*specs).as_text()
+    linalg = compile_str(stablehlo, input_type="stablehlo", target_backends=["llvm-cpu"],
+                         extra_args=["--compile-to=input"])
+    return w, linalg.decode() if isinstance(linalg, bytes) else linalg
+
+
+def same_reference(builtin, imported, seed=3):
+    inputs = builtin.random_inputs(seed)
+    assert [shape for _, shape in imported.inputs] == [shape for _, shape in builtin.inputs]
+    ref = autotune.reference(builtin, inputs)
+    got = autotune.reference(imported, dict(zip(imported.input_names,
+                                                (inputs[n] for n in builtin.input_names))))
+    assert len(imported.outputs) == len(builtin.outputs)
+    for ob, oi in zip(builtin.outputs, imported.outputs):
+        scale = float(np.abs(ref[ob]).max())
+        np.testing.assert_allclose(got[oi], ref[ob], rtol=1e-10, atol=1e-12 * scale)
+
+
+# ---- (a) round trips through IREE ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def trimul_linalg():
+    return linalg_of_builtin("trimul_outgoing")
+
+
+def test_trimul_outgoing_round_trips_through_iree(trimul_linalg, tmp_path):
+    w, linalg = trimul_linalg
+    assert "linalg." in linalg and "stablehlo." not in linalg
+    path = tmp_path / "trimul_outgoing.mlir"
+    path.write_text(linalg)
+    toml = import_mlir_file(path)
+    imported = parse_workload(toml, "imported.toml")
+    assert imported.dtype == "float32" and len(imported.inputs) == len(w.inputs)
+    same_reference(w, imported)
+    # the triangle einsum survives as one contraction over (i, j, c | k) of two computed tensors
+    inputs = set(imported.input_names)
+    tri = [op for op in imported.ops if op.is_contraction and len(op.parallel) == 3
+           and len(op.reduction) == 1 and sorted(op.extents) == [4, 8, 8, 8]
+           and not set(op.inputs()) & inputs]
+    assert len(tri) == 1, toml
+    # the dims are grouped by extent: N and C
+    assert imported.dim_dict == {"D0": 8, "D1": 4}
+
+
+@pytest.mark.parametrize("name", ["trimul_incoming", "gated_mlp", "attention",
+                                  "outer_product_mean"])
+def test_other_builtins_round_trip_through_iree(name):
+    w, linalg = linalg_of_builtin(name)
+    imported = parse_workload(import_mlir(linalg, f"{name}.mlir"), "imported.toml")
+    same_reference(w, imported)
+
+
+def test_cli_writes_the_workload_and_prints_it(trimul_linalg, tmp_path):
+    _, linalg = trimul_linalg
+    src = tmp_path / "t.mlir"
+    src.write_text(linalg)
+    out = tmp_path / "w.toml"
+    r = runner.invoke(app, ["import-mlir", str(src), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "wrote" in r.stderr and out.exists()
+    w = load_workload(str(out))
+    assert w.outputs == ("out",)
+    r2 = runner.invoke(app, ["import-mlir", str(src)])
+    assert r2.exit_code == 0, r2.output
+    assert r2.stdout == out.read_text()
+
+
+# ---- (b) hand-written linalg.generic IR ----------------------------------------------------------
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def test_fused_triangle_einsum_with_gating_in_its_body():
+    toml = import_mlir_file(DATA / "triangle_fused.mlir")
+    w = parse_workload(toml, "triangle.toml")
+    assert w.input_names == ("ga", "pa", "gb", "pb", "mask") or \
+        w.input_names == tuple(f"arg{n}" for n in range(5))
+    assert len(w.ops) == 2 and "sigmoid(" in toml
+    einsum = w.ops[0]
+    assert einsum.combiner == "sum" and einsum.is_contraction
+    assert einsum.extents == (8, 8, 4, 8)          # i, j, c parallel; k reduced
+    rng = np.random.default_rng(0)
+    ins = [rng.standard_normal(s) for s in ((8, 8, 4),) * 4 + ((8, 8),)]
+    ga, pa, gb, pb, mask = ins
+    a, b = sigmoid(ga) * pa, sigmoid(gb) * pb
+    want = np.einsum("ikc,jkc->ijc", a, b) * mask[:, :, None]
+    got = autotune.reference(w, dict(zip(w.input_names, ins)))["out"]
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_named_ops_and_reshapes_are_generalized_and_folded():
+    toml = import_mlir_file(DATA / "named_ops.mlir")
+    w = parse_workload(toml, "named.toml")
+    assert dict(w.inputs)[w.input_names[0]] == (2, 3, 4)
+    assert any(op.combiner == "max" for op in w.ops), toml
+    # the collapse to 6x4 and the expand back to 2x3x8 are gone: the matmul runs over (2, 3)
+    mm = next(op for op in w.ops if op.is_contraction)
+    assert sorted(mm.extents) == [2, 3, 4, 8]
+    rng = np.random.default_rng(1)
+    x, wt, bias = rng.standard_normal((2, 3, 4)), rng.standard_normal((8, 4)), \
+        rng.standard_normal(8)
+    y = x @ wt.T + bias
+    p = np.exp(y - y.max(axis=-1, keepdims=True))
+    want = p / p.sum(axis=-1, keepdims=True)
+    got = autotune.reference(w, dict(zip(w.input_names, (x, wt, bias))))["out"]
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
+def test_edge_cases_size1_dims_tensor_init_calls_repeated_and_passthrough_results():
+    toml = import_mlir_file(DATA / "edge_cases.mlir")
+    w = parse_workload(toml, "edges.toml")
+    assert [s for _, s in w.inputs] == [(1, 8), (8, 4), (4, 6), (8, 6)]
+    assert w.outputs == ("out0", "out1", "out2", "out3", "out4")
+    rng = np.random.default_rng(2)
+    x, a, b, c = (rng.standard_normal(s) for _, s in w.inputs)
+    got = autotune.reference(w, dict(zip(w.input_names, (x, a, b, c))))
+    want = [np.exp(x[0]), a @ b + c, a @ b + c, a, np.tanh(x[0]) ** 3]
+    for o, v in zip(w.outputs, want):
+        np.testing.assert_allclose(got[o], v, rtol=1e-12, atol=1e-14)
+
+
+# ---- (c) errors ----------------------------------------------------------------------------------
+def test_unsupported_op_is_one_line_with_its_line(tmp_path):
+    path = DATA / "unsupported_scf.mlir"
+    line = next(n for n, l in enumerate(path.read_text().split("\n"), 1) if "scf.for" in l
+                and not l.startswith("//"))
+    with pytest.raises(MlirImportError) as e:
+        import_mlir_file(path)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert re.match(rf"^{re.escape(str(path))}:{line}:\d+: error: unsupported op 'scf.for'", msg)
+    r = runner.invoke(app, ["import-mlir", str(path)])
+    assert r.exit_code == 1 and r.stdout == ""
+    assert len(r.stderr.strip().split("\n")) == 1 and "unsupported op 'scf.for'" in r.stderr
+    assert "Traceback" not in r.output
+
+
+def test_unsupported_body_op_names_its_line():
+    text = (DATA / "triangle_fused.mlir").read_text()
+    lines = text.split("\n")
+    k = next(n for n, l in enumerate(lines) if "%y = arith.mulf %x, %m" in l)
+    lines[k] = "    %c = arith.cmpf ogt, %x, %m : f32\n    %y = arith.select %c, %x, %m : f32"
+    with pytest.raises(MlirImportError, match=rf"^m\.mlir:{k + 1}:\d+: error: unsupported op "
+                                              rf"'arith.cmpf'"):
+        import_mlir("\n".join(lines), "m.mlir")
+
+
+def test_invalid_mlir_is_one_line():
+    with pytest.raises(MlirImportError, match=r"^bad\.mlir:2:\d+: error: cannot parse"):
+        import_mlir("func.func @f() {\n  %x = nonsense\n}\n", "bad.mlir")
+
+
+def test_missing_bindings_is_one_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "iree.compiler", None)
+    with pytest.raises(MlirUnavailable, match="pip install iree-base-compiler"):
+        import_mlir("", "x.mlir")
+    src = tmp_path / "x.mlir"
+    src.write_text("")
+    r = runner.invoke(app, ["import-mlir", str(src)])
+    assert r.exit_code == 1 and "pip install iree-base-compiler" in r.stderr
+    assert len(r.stderr.strip().split("\n")) == 1

@@ -1,0 +1,448 @@
+"""The search end to end on the CPU: through the library, through the CLI, killed and resumed,
+with candidates that crash, hang or compute wrong, and the load_best round trip.
+
+Small dims throughout (trimul_outgoing at N=16, C=8) so that every search takes seconds.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import autotune
+from autotune.api import NoCachedPlanWarning, make_executable, run_search
+from autotune.backends.factory import WorkerBackend, device_spec, tile_bounds
+from autotune.cli.app import app
+from autotune.environment import NoGPUError, detect
+from autotune.backends.base import MeasureSettings, relative_error
+from autotune.search.config import SearchConfig
+from autotune.search.loop import search
+from db.keys import PlanKey
+from db.store import PlanDB
+from search_spaces import load_workload
+from search_spaces.candidate import Candidate
+from search_spaces.plans import named_plan
+from search_spaces.space import SearchSpace
+
+from tests.support import faulty_plans
+
+DIMS = {"N": 16, "C": 8}
+DIMS_CLI = "N=16,C=8"
+NAMED = ("unfused", "heuristic", "greedy")
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def w():
+    return load_workload("trimul_outgoing", DIMS)
+
+
+def cpu_key(w) -> PlanKey:
+    return PlanKey.for_env(w.hash, detect("cpu"))
+
+
+def name_of(row: dict) -> str:
+    return json.loads(row["candidate_json"]).get("name", "")
+
+
+def assert_matches_reference(w, fn, seed: int) -> None:
+    """``fn`` on fresh random inputs agrees with the float64 reference under w.rtol."""
+    inputs = w.random_inputs(seed)
+    assert all(np.any(a != 0) for a in inputs.values())
+    ref = autotune.reference(w, inputs)
+    out = fn(**inputs)
+    assert set(out) == set(w.outputs)
+    for name in w.outputs:
+        assert out[name].shape == ref[name].shape
+        assert out[name].dtype == np.dtype(w.dtype)
+        err = relative_error(out[name], ref[name])
+        assert err <= w.rtol, f"{name}: relative error {err:.3g} > rtol {w.rtol:g}"
+
+
+def assert_best_is_min_ok(db: PlanDB, key: PlanKey) -> dict:
+    rows = db.trials(key.key)
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert ok
+    best = db.best(key.key)
+    assert best is not None
+    fastest = min(r["measured_s"] for r in ok)
+    assert best["measured_s"] == fastest
+    winner = next(r for r in ok if r["number"] == best["trial_number"]
+                  and r["study"] == best["study"])
+    assert winner["measured_s"] == fastest
+    assert winner["candidate_json"] == best["candidate_json"]
+    return best
+
+
+# ---- 1. a search through the library ----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def lib_search(w, tmp_path_factory):
+    path = tmp_path_factory.mktemp("lib") / "p.sqlite"
+    seen = []
+    result = run_search(w, "cpu", db=path,
+                        config=SearchConfig(budget=12, model_pool=50, model_seeds=3),
+                        on_trial=lambda p: seen.append(p.done))
+    return path, result, seen
+
+
+def test_search_runs_the_budget_and_records_every_trial(w, lib_search):
+    path, result, seen = lib_search
+    assert result.key == cpu_key(w)
+    p = result.progress
+    assert p.done == 12 and p.measured + p.pruned + p.failed == 12
+    assert seen == list(range(1, 13))                   # the callback saw every trial
+    with PlanDB(path) as db:
+        rows = db.trials(result.key.key)
+        assert len(rows) == 12
+        assert [r["number"] for r in rows] == list(range(12))
+        assert {r["study"] for r in rows} == {result.study}
+        counts = db.trial_counts(result.key.key)
+        assert counts == {"ok": p.measured, "failed": p.failed, "pruned": p.pruned}
+        # the named plans come first, in this order; none fails on the CPU (the cost model may
+        # prune heuristic or greedy against a faster measured plan, never the first trial)
+        assert [name_of(r) for r in rows[:3]] == list(NAMED)
+        assert rows[0]["status"] == "ok", rows[0]["error"]
+        assert all(r["status"] in ("ok", "pruned") for r in rows[:3]), \
+            [r["error"] for r in rows[:3]]
+        for r in rows:
+            if r["status"] == "pruned":
+                assert r["error"].startswith(f"predicted {r['predicted_s']:.3g} s > 2 x ")
+        for r in rows:
+            assert r["predicted_s"] is not None and r["predicted_s"] > 0
+            if r["status"] == "ok":
+                assert r["measured_s"] > 0 and r["error"] is None
+            else:
+                assert r["measured_s"] is None and r["error"]
+        assert db.workload(w.hash)["name"] == "trimul_outgoing"
+        best = assert_best_is_min_ok(db, result.key)
+        assert result.best == best
+        assert p.best_s == best["measured_s"]
+        assert db.check() == []
+
+
+def test_best_plan_verifies_on_fresh_inputs(w, lib_search, tmp_path):
+    path, result, _ = lib_search
+    cand = Candidate.from_json(result.best["candidate_json"])
+    fn = make_executable(w, cand, "cpu", tmp_path)
+    assert_matches_reference(w, fn, seed=12345)         # the search measured with seed 0
+    # outputs are fresh arrays: a second call does not overwrite the first one's results
+    a_in, b_in = w.random_inputs(7), w.random_inputs(8)
+    a = fn(**a_in)
+    a_copy = {k: v.copy() for k, v in a.items()}
+    fn(**b_in)
+    for k in a:
+        np.testing.assert_array_equal(a[k], a_copy[k])
+
+
+# ---- 5. load_best ------------------------------------------------------------------------------
+
+def test_load_best_returns_the_cached_best(w, lib_search):
+    path, result, _ = lib_search
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoCachedPlanWarning)
+        fn = autotune.load_best(w, device="cpu", db=path)
+    assert fn.cand.key == Candidate.from_json(result.best["candidate_json"]).key
+    assert_matches_reference(w, fn, seed=99)
+
+
+def test_load_best_reads_autotune_db_by_default(w, lib_search, monkeypatch):
+    path, result, _ = lib_search
+    monkeypatch.setenv("AUTOTUNE_DB", str(path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoCachedPlanWarning)
+        fn = autotune.load_best(w)
+    assert fn.cand.key == Candidate.from_json(result.best["candidate_json"]).key
+
+
+def test_load_best_with_empty_db_warns_and_runs_the_heuristic_plan(w, tmp_path):
+    with pytest.warns(NoCachedPlanWarning, match="heuristic"):
+        fn = autotune.load_best(w, device="cpu", db=tmp_path / "empty.sqlite")
+    assert fn.cand.name == "heuristic"
+    assert_matches_reference(w, fn, seed=5)
+
+
+@pytest.mark.parametrize("part", ["libraries_json", "device_json", "space_version"])
+def test_load_best_ignores_a_plan_cached_for_other_versions(w, tmp_path, part):
+    path = tmp_path / "p.sqlite"
+    current = cpu_key(w)
+    parts = current.parts()
+    if part == "space_version":
+        parts[part] = parts[part] + "-old"
+    else:
+        d = json.loads(parts[part])
+        d["numpy" if part == "libraries_json" else "name"] = "0.0.1-other"
+        parts[part] = json.dumps(d, sort_keys=True)
+    other = PlanKey(**parts)
+    assert other.key != current.key
+    foreign = named_plan(SearchSpace(w, tile_bounds("cpu")), "unfused")
+    foreign = Candidate(foreign.fused, foreign.layouts, foreign.schedules, "foreign")
+    with PlanDB(path) as db:
+        db.add_workload(w.hash, w.name, json.dumps(w.canonical(), sort_keys=True))
+        assert db.add_trial(other, "tpe-seed0", 0, foreign.to_json(), "ok", 1e-3, 1e-9)
+        assert db.best(other.key) is not None          # it is cached ... under the other key
+        assert db.best(current.key) is None
+    label = {"libraries_json": "library versions", "device_json": "device",
+             "space_version": "search space"}[part]
+    with pytest.warns(NoCachedPlanWarning,
+                      match=rf"plans cached for trimul_outgoing do not apply here \({label} "
+                            r"changed\).*using the heuristic plan"):
+        fn = autotune.load_best(w, device="cpu", db=path)
+    assert fn.cand.name == "heuristic"
+    assert_matches_reference(w, fn, seed=6)
+
+
+def test_load_best_uses_a_plan_cached_under_schema_1_after_migration(w, tmp_path):
+    """A plan cached by the schema-1 code (key with schema_version 1) is still this
+    machine's plan: opening migrates the file and re-keys it, so load_best uses it."""
+    import sqlite3
+    from sqlite_utils import Database
+    from db.schema import MIGRATIONS
+    path = tmp_path / "old.sqlite"
+    old = PlanKey(**{**cpu_key(w).parts(), "schema_version": 1})
+    plan = named_plan(SearchSpace(w, tile_bounds("cpu")), "greedy")
+    plan = Candidate(plan.fused, plan.layouts, plan.schedules, "cached-under-v1")
+    conn = sqlite3.connect(str(path), isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    MIGRATIONS[1](Database(conn))
+    conn.execute("INSERT INTO meta VALUES ('schema_version', '1')")
+    conn.execute("INSERT INTO best_plans VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 (*old.columns().values(), w.name, plan.to_json(), 0.01, 0.01, "tpe-seed0", 0,
+                  "2026-01-01"))
+    conn.execute("INSERT INTO trials (plan_key, workload_hash, space_version, device_json, "
+                 "libraries_json, schema_version, study, number, candidate_json, status, "
+                 "measured_s, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 (*old.columns().values(), "tpe-seed0", 0, plan.to_json(), "ok", 0.01,
+                  "2026-01-01"))
+    conn.execute("COMMIT")
+    conn.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoCachedPlanWarning)
+        fn = autotune.load_best(w, device="cpu", db=path)
+    assert fn.cand.name == "cached-under-v1" and fn.cand.key == plan.key
+    assert_matches_reference(w, fn, seed=8)
+
+
+# ---- 2. the CLI --------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cli_search(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cli") / "p.sqlite"
+    r = runner.invoke(app, ["search", "trimul_outgoing", "--dims", DIMS_CLI, "--budget", "6",
+                            "--db", str(path)])
+    return path, r
+
+
+def test_cli_search_prints_the_best(w, cli_search):
+    path, r = cli_search
+    assert r.exit_code == 0, r.output
+    key = cpu_key(w)
+    with PlanDB(path) as db:
+        assert len(db.trials(key.key)) == 6
+        best = assert_best_is_min_ok(db, key)
+    last = r.stdout.strip().splitlines()[-1]
+    assert last.startswith("trimul_outgoing: 6 trials")
+    assert f"best {best['measured_s']:.4g} s" in last
+    assert key.key[:16] in last
+    assert "Traceback" not in r.output
+
+
+def test_cli_show_best_json(w, cli_search):
+    path, _ = cli_search
+    r = runner.invoke(app, ["show-best", "trimul_outgoing", "--dims", DIMS_CLI, "--db",
+                            str(path), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)
+    assert len(rows) == 1
+    row = rows[0]
+    key = cpu_key(w)
+    with PlanDB(path) as db:
+        best = db.best(key.key)
+        trials = db.trials(key.key)
+    assert row["plan_key"] == key.key
+    assert row["workload"] == "trimul_outgoing" and row["dims"] == DIMS
+    assert row["measured_s"] == best["measured_s"]
+    assert row["candidate"] == json.loads(best["candidate_json"])
+    measured = {name_of(t) for t in trials if t["status"] == "ok"} & set(NAMED)
+    assert "unfused" in measured                        # the first trial: never pruned
+    assert set(row["speedup"]) == measured
+    for n in measured:
+        t = min(t["measured_s"] for t in trials if name_of(t) == n and t["status"] == "ok")
+        assert row["named_s"][n] == t
+        assert row["speedup"][n] == pytest.approx(t / best["measured_s"])
+        assert row["speedup"][n] >= 1.0                # the best is at least as fast as each
+    for n in set(NAMED) - measured:                     # pruned by the cost model, not failed
+        assert [t["status"] for t in trials if name_of(t) == n] == ["pruned"]
+    assert sum(row["trials"].values()) == 6
+    assert row["stale"] == ""
+
+
+def test_cli_show_best_table_and_rerun_continues_nothing(w, cli_search):
+    path, _ = cli_search
+    r = runner.invoke(app, ["show-best", "trimul_outgoing", "--dims", DIMS_CLI, "--db",
+                            str(path)])
+    assert r.exit_code == 0, r.output
+    assert cpu_key(w).key[:16] in r.stdout and "vs unfused" in r.stdout
+    # the same search again: its 6 trials are replayed, none is added
+    r = runner.invoke(app, ["search", "trimul_outgoing", "--dims", DIMS_CLI, "--budget", "6",
+                            "--db", str(path)])
+    assert r.exit_code == 0, r.output
+    with PlanDB(path) as db:
+        assert len(db.trials(cpu_key(w).key)) == 6
+
+
+def test_cli_show_best_empty_db_is_one_line_error(tmp_path):
+    r = runner.invoke(app, ["show-best", "trimul_outgoing", "--dims", DIMS_CLI, "--db",
+                            str(tmp_path / "none.sqlite")])
+    assert r.exit_code == 1
+    assert len(r.stderr.strip().splitlines()) == 1 and "no cached plan" in r.stderr
+    assert "Traceback" not in r.output
+
+
+def test_cli_search_device_cuda_without_gpu_is_one_line_error(tmp_path):
+    try:
+        detect("cuda")
+        pytest.skip("a GPU is usable here")
+    except NoGPUError:
+        pass
+    r = runner.invoke(app, ["search", "trimul_outgoing", "--dims", DIMS_CLI, "--budget", "2",
+                            "--device", "cuda", "--db", str(tmp_path / "p.sqlite")])
+    assert r.exit_code == 1
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("autotune: --device cuda") and "--device cpu" in lines[0]
+    assert "Traceback" not in r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)
+
+
+def test_cli_search_unknown_sampler(tmp_path):
+    path = tmp_path / "p.sqlite"
+    r = runner.invoke(app, ["search", "trimul_outgoing", "--dims", DIMS_CLI, "--budget", "2",
+                            "--sampler", "nope", "--db", str(path)])
+    assert r.exit_code == 1
+    assert "--sampler" in r.stderr and "tpe" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.output
+    assert not path.exists()                            # refused before anything ran
+
+
+# ---- 3. killed mid-run, then resumed -----------------------------------------------------------
+
+def _count(path: Path) -> int:
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        try:
+            return con.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return 0
+
+
+def test_killed_search_resumes(w, tmp_path):
+    path = tmp_path / "p.sqlite"
+    cmd = [sys.executable, "-m", "autotune.cli", "search", "trimul_outgoing", "--dims",
+           DIMS_CLI, "--db", str(path), "--budget"]
+    errlog = open(tmp_path / "stderr.txt", "w+")
+    proc = subprocess.Popen(cmd + ["40"], stdout=subprocess.DEVNULL, stderr=errlog,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 150
+        while _count(path) < 5:
+            assert proc.poll() is None, f"search exited early ({proc.returncode}): " + \
+                (tmp_path / "stderr.txt").read_text()
+            assert time.monotonic() < deadline, "no 5 trials within 150 s"
+            time.sleep(0.1)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)             # the CLI and its measuring worker
+        proc.wait(30)
+        errlog.close()
+    assert proc.returncode == -signal.SIGKILL
+    key = cpu_key(w)
+    with PlanDB(path) as db:
+        assert db.check() == []
+        before = db.trials(key.key)
+    n = len(before)
+    assert 5 <= n < 40, "the kill came too late to test anything"
+    assert [r["number"] for r in before] == list(range(n))
+    assert [name_of(r) for r in before[:3]] == list(NAMED)
+
+    r = subprocess.run(cmd + [str(n + 3)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=150)
+    assert r.returncode == 0, r.stderr
+    assert f"{n + 3} trials" in r.stdout
+    with PlanDB(path) as db:
+        after = db.trials(key.key)
+        assert len(after) == n + 3
+        assert after[:n] == before                      # earlier rows untouched
+        assert [r["number"] for r in after] == list(range(n + 3))
+        assert {r["study"] for r in after} == {"tpe-seed0"}
+        # the named plans were not enqueued (and run) a second time
+        assert [name_of(r) for r in after[n:]] == ["", "", ""]
+        assert_best_is_min_ok(db, key)
+        assert db.check() == []
+
+
+# ---- 4. candidates that crash, hang, or compute wrong ------------------------------------------
+
+def test_failing_candidates_are_recorded_and_the_search_finishes(w, tmp_path):
+    env = detect("cpu")
+    key = PlanKey.for_env(w.hash, env)
+    settings = MeasureSettings(warmup=0, repeats=1)
+    config = SearchConfig(budget=8, min_timeout_s=3, model_pool=30, model_seeds=2)
+    backend = WorkerBackend("cpu", w, 0, tmp_path, "tests.support.faulty_plans:FaultyPlan", settings)
+    t0 = time.monotonic()
+    with PlanDB(tmp_path / "p.sqlite") as db:
+        try:
+            result = search(w, SearchSpace(w, tile_bounds("cpu")), backend, db, key,
+                            device_spec(env), config)
+        finally:
+            backend.close()
+        rows = db.trials(key.key)
+        best = db.best(key.key)
+    took = time.monotonic() - t0
+    assert result.progress.done == 8 and len(rows) == 8
+    assert [r["number"] for r in rows] == list(range(8))
+
+    expect = {"crash": "crashed", "hang": "timeout", "wrong": "wrong result",
+              "nan": "non-finite"}
+    nan_key = faulty_plans.nan_key(tmp_path / "kernels")
+    assert nan_key is not None
+    fates = {}
+    for r in rows:
+        cand = Candidate.from_json(r["candidate_json"])
+        fate = faulty_plans.behaviour(cand, nan_key)
+        fates.setdefault(fate, []).append(r)
+        if r["status"] == "pruned":
+            continue
+        if fate == "ok":
+            assert r["status"] == "ok", r["error"]
+        else:
+            assert r["status"] == "failed", (fate, r)
+            assert r["measured_s"] is None
+            assert expect[fate] in r["error"] or r["error"] == \
+                "same candidate as an earlier trial", (fate, r["error"])
+    for fate in ("crash", "hang", "wrong", "nan"):
+        assert fates.get(fate), f"no {fate} candidate among the trials"
+    assert fates["crash"][0]["error"] == "worker crashed (exit code 3)"
+    assert [name_of(r) for r in rows[:3]] == ["unfused", "heuristic", "greedy"]
+    assert result.progress.failed >= 4
+
+    # the best plan is a candidate that behaves, and the min over ok trials
+    assert best is not None
+    assert faulty_plans.behaviour(Candidate.from_json(best["candidate_json"]), nan_key) == "ok"
+    failed = {r["candidate_json"] for r in rows if r["status"] == "failed"}
+    assert best["candidate_json"] not in failed
+    with PlanDB(tmp_path / "p.sqlite") as db:
+        assert_best_is_min_ok(db, key)
+    # the hang was cut at its timeout (12 s here), not after its 1000 s
+    assert took < 150

@@ -1,0 +1,52 @@
+"""Shared test set-up: the ``cuda`` marker skips by itself where no GPU is present, small dims
+for every built-in, and a fresh plan database per test."""
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from search_spaces import load_workload
+
+# Dims small enough that a reference, a compile and a run take milliseconds.
+SMALL_DIMS = {
+    "trimul_outgoing": {"N": 16, "C": 8},
+    "trimul_incoming": {"N": 16, "C": 8},
+    "attention": {"S": 16, "H": 2, "D": 8, "C": 16},
+    "gated_mlp": {"T": 16, "C": 16, "F": 32},
+    "outer_product_mean": {"S": 8, "N": 8, "C": 8, "E": 4, "Z": 8},
+}
+
+
+@functools.cache
+def cuda_device_present() -> bool:
+    """CuPy importable and at least one CUDA device visible (imported lazily, never required)."""
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    skip = pytest.mark.skip(reason="needs CuPy and a CUDA device (pip install -e '.[cuda]' on a "
+                                   "machine with an NVIDIA GPU)")
+    gpu_tests = [item for item in items if "cuda" in item.keywords]
+    if gpu_tests and not cuda_device_present():
+        for item in gpu_tests:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def small():
+    """``small(name)`` -> the built-in workload at dims small enough for a unit test."""
+    return lambda name: load_workload(name, SMALL_DIMS[name])
+
+
+@pytest.fixture
+def fresh_db(tmp_path):
+    """An empty plan database in the test's own folder, closed afterwards."""
+    from db.store import PlanDB
+    db = PlanDB(tmp_path / "plans.sqlite")
+    yield db
+    db.close()
