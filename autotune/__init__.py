@@ -2,6 +2,7 @@
 from search_spaces import Workload, WorkloadError, builtin_names, load_workload
 
 from autotune.reference import reference
+from autotune.version import __version__
 
 
 def load_best(w, device: str = "cpu", db=None):
@@ -10,6 +11,6 @@ def load_best(w, device: str = "cpu", db=None):
     from autotune.api import load_best as _load_best
     return _load_best(w, device, db)
 
-__version__ = "0.1.0"
+
 __all__ = ["Workload", "WorkloadError", "builtin_names", "load_workload", "reference", "load_best",
            "__version__"]

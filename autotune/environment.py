@@ -85,7 +85,7 @@ def _version(dist: str) -> str:
 
 def _libraries(extra: dict[str, str] | None = None) -> tuple[tuple[str, str], ...]:
     # Imported here, not at module level: autotune/__init__ may import this module.
-    from autotune import __version__
+    from autotune.version import __version__
     libs = {"autotune": __version__, "numpy": _version("numpy"),
             "optuna": _version("optuna"), "python": platform.python_version(),
             "cc": compiler_version(), **(extra or {})}

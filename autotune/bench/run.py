@@ -310,7 +310,7 @@ def run_bench(w: Workload, device: str = "cpu", peers=PEER_NAMES, rounds: int = 
     from db.store import default_db_path
     from search_spaces.plans import named_plan
 
-    from autotune import __version__
+    from autotune.version import __version__
     from autotune.api import cache_root, space_for
     from autotune.backends.factory import resolve
     from autotune.reference import reference
