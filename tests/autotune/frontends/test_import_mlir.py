@@ -24,8 +24,9 @@ from tests.support import DATA  # noqa: E402
 
 import autotune  # noqa: E402
 from autotune.cli.app import app  # noqa: E402
-from autotune.frontends.mlir.importer import (MlirImportError, MlirUnavailable, import_mlir,  # noqa: E402
-                                  import_mlir_file)
+from autotune.frontends.mlir.importer import (MlirUnavailable, import_mlir,  # noqa: E402
+                                              import_mlir_file)
+from autotune.frontends.mlir.source import MlirImportError  # noqa: E402
 from search_spaces import load_workload, parse_workload  # noqa: E402
 
 runner = CliRunner()
