@@ -88,7 +88,7 @@ class Device:
             self.name = f"host emulation on {platform.processor() or platform.machine()}"
             self.info = {"name": self.name}
         else:
-            from autotune.backends.cuda.executor import CupyRuntime
+            from autotune.backends.cuda.runtime import CupyRuntime
             from autotune.environment import detect
             env = detect("cuda")            # NoGPUError: one line, exit 1 (main)
             self.rt = CupyRuntime()
@@ -119,7 +119,7 @@ class Device:
         return 2 * n * 4 / best
 
     def gemm_rate(self, precision: str, repeats: int = 5) -> float:
-        from autotune.backends.cuda.executor import Mat, plan_gemm
+        from autotune.backends.cuda.gemm import Mat, plan_gemm
         xp = self.xp
         n = GEMM_N if not self.emulate else 512
         a = xp.asarray(np.random.default_rng(0).standard_normal((n, n), dtype=np.float32))

@@ -11,9 +11,10 @@ split into one row-major buffer per member, ``costmodel.cuda_limits.shared_layou
 ``__syncthreads()`` after each; members read by other groups are also written to global memory,
 and the anchor writes its tile straight to global memory in the candidate's layout.
 
-The same semantics as the C backend (``codegen_c``): same footprints, loop orders (the innermost
-parallel index of a member's loop order is the fastest-varying one across threads, so global
-accesses coalesce) and expression translation, with CUDA math functions.
+The same semantics as the C backend (``autotune.backends.cpu.codegen``): the same footprints, loop
+orders (the innermost parallel index of a member's loop order is the fastest-varying one across
+threads, so global accesses coalesce), offsets and expression translation
+(``autotune.backends.loops.LoopEmitter``, shared with it), with CUDA math functions.
 """
 from __future__ import annotations
 
@@ -22,12 +23,12 @@ from dataclasses import dataclass
 
 from costmodel.cuda_limits import DEFAULT_SHARED_BYTES, shared_layout
 from search_spaces.candidate import IMPL_LOOP, Candidate
-from search_spaces.footprint import footprint_shape, footprints, plan_group, strides, tile_sizes
-from search_spaces.ir import Access, Binary, Const, Expr, Pow, Unary
 from search_spaces.partition import Group, groups, materialized
 from search_spaces.workload import Workload
 
-CUDA_TYPES = {"float32": ("float", "f32"), "float64": ("double", "f64")}
+from autotune.backends.loops import LoopEmitter
+
+CUDA_TAGS = {"float32": "f32", "float64": "f64"}     # names the shared buffer, -inf
 DEFAULT_BLOCK = 256
 MAX_BLOCK = 1024
 INT32_MAX = 2**31 - 1
@@ -101,38 +102,17 @@ __device__ __forceinline__ double at_sigmoid(double x) { return 1.0 / (1.0 + exp
 """
 
 
-def _fn(name: str, a: list[str], double: bool) -> str:
-    s = "" if double else "f"
-    zero = "0.0" if double else "0.0f"
-    table = {
-        "exp": f"exp{s}({a[0]})", "log": f"log{s}({a[0]})", "sqrt": f"sqrt{s}({a[0]})",
-        "rsqrt": f"rsqrt{s}({a[0]})", "sigmoid": f"at_sigmoid({a[0]})",
-        "tanh": f"tanh{s}({a[0]})", "relu": f"fmax{s}({a[0]}, {zero})",
-        "abs": f"fabs{s}({a[0]})",
-    }
-    if name in table:
-        return table[name]
-    return f"fmax{s}({a[0]}, {a[1]})" if name == "max" else f"fmin{s}({a[0]}, {a[1]})"
+class _KernelEmitter(LoopEmitter):
+    FUNCTIONS = {"rsqrt": "rsqrt{s}({0})", "sigmoid": "at_sigmoid({0})",
+                 "relu": "fmax{s}({0}, 0.0{s})"}
 
-
-class _KernelEmitter:
     def __init__(self, w: Workload, cand: Candidate, g: Group, mats: set[str], block: int):
-        self.w, self.cand, self.g, self.mats = w, cand, g, mats
-        self.ctype, self.tag = CUDA_TYPES[w.dtype]
-        self.double = w.dtype == "float64"
-        self.anchor = w.op(g.anchor)
-        self.tiles = cand.schedule(g.anchor).tiles
-        self.eff = tile_sizes(self.anchor, self.tiles)
-        self.fps = footprints(w, g, self.tiles)
-        self.layout_of = lambda t: cand.layout(t, len(w.shapes[t]))
-        self.plans = plan_group(w, g, self.tiles, self.layout_of)
-        self.members = set(g.members)
+        super().__init__(w, cand, g, mats)
+        self.tag = CUDA_TAGS[w.dtype]
         layout, self.smem_bytes = shared_layout(w, g, self.tiles)
         self.smem_off = {m: off for m, off, _ in layout}
-        self.ntile = [-(-e // t) for e, t in zip(self.anchor.out_shape, self.eff)]
         self.grid = math.prod(self.ntile)
-        counts = [math.prod(footprint_shape(w.op(mp.op), self.fps[mp.op], self.anchor,
-                                            self.tiles)) for mp in self.plans]
+        counts = [math.prod(self.buf_shape(mp.op)) for mp in self.plans]
         self.block = min(block, max(32, -(-max(counts) // 32) * 32))
         sizes = [math.prod(w.shapes[t]) for m in g.members for t in
                  (list(w.op(m).inputs()) + [m])] + counts + [self.grid]
@@ -140,63 +120,25 @@ class _KernelEmitter:
         self.itype = "int" if big < INT32_MAX // 2 else "long long"
         self.lit = "" if self.itype == "int" else "LL"
 
-    # ---- indexing ------------------------------------------------------------------------
     def n(self, x: int) -> str:
         return f"{x}{self.lit}"
 
-    def buf_shape(self, name: str) -> tuple[int, ...]:
-        return footprint_shape(self.w.op(name), self.fps[name], self.anchor, self.tiles)
+    def power(self, base: str, exponent: int) -> str:
+        p = f"at_powi<{abs(exponent)}>({base})"
+        return f"((({self.ctype})1) / {p})" if exponent < 0 else p
 
-    def local(self, tensor: str) -> bool:
-        return tensor in self.members and tensor != self.g.anchor
-
-    def offset(self, tensor: str, idx: tuple[str, ...], var: dict[str, str]) -> str:
-        if self.local(tensor):
-            fp = self.fps[tensor]
-            st = strides(self.buf_shape(tensor), tuple(range(len(fp))))
-            terms = [f"({var[i]} - b{fp[m][1]})*{self.n(st[m])}" if fp[m][0] == "tile"
-                     else f"{var[i]}*{self.n(st[m])}" for m, i in enumerate(idx)]
-            return " + ".join(terms) or "0"
-        return self.global_offset(tensor, idx, var)
-
-    def global_offset(self, tensor: str, idx: tuple[str, ...], var: dict[str, str]) -> str:
-        st = strides(self.w.shapes[tensor], self.layout_of(tensor))
-        return " + ".join(f"{var[i]}*{self.n(s)}" for i, s in zip(idx, st)) or "0"
-
-    def ref(self, tensor: str) -> str:
-        return f"L_{tensor}" if self.local(tensor) else f"G_{tensor}"
-
-    # ---- expressions ---------------------------------------------------------------------
-    def expr(self, e: Expr, var: dict[str, str]) -> str:
-        ct = self.ctype
-        if isinstance(e, Const):
-            return f"(({ct}){e.value!r})"
-        if isinstance(e, Access):
-            return f"{self.ref(e.tensor)}[{self.offset(e.tensor, e.idx, var)}]"
-        if isinstance(e, Unary):
-            return f"(-{self.expr(e.x, var)})"
-        if isinstance(e, Binary):
-            return f"({self.expr(e.a, var)} {e.op} {self.expr(e.b, var)})"
-        if isinstance(e, Pow):
-            if e.exponent == 0:
-                return f"(({ct})1)"
-            p = f"at_powi<{abs(e.exponent)}>({self.expr(e.base, var)})"
-            return f"((({ct})1) / {p})" if e.exponent < 0 else p
-        return _fn(e.fn, [self.expr(a, var) for a in e.args], self.double)
+    def step(self, v: str) -> str:
+        return f"++{v}"
 
     # ---- one member ----------------------------------------------------------------------
     def member(self, mp, out: list[str]) -> None:
         op = self.w.op(mp.op)
         I, ct = self.itype, self.ctype
-        fp = self.fps[mp.op]
         var = {i: f"v_{i}" for i in op.domain}
-        lo, cnt = {}, {}
-        for m, i in enumerate(op.parallel):
-            if fp[m][0] == "tile":
-                k = fp[m][1]
-                lo[i], cnt[i] = f"b{k}", f"(e{k} - b{k})"
-            else:
-                lo[i], cnt[i] = "0", self.n(op.out_shape[m])
+        rng = self.bounds(mp.op)
+        lo = {i: rng[i][0] for i in op.parallel}
+        cnt = {i: hi if start == "0" else f"({hi} - {start})"
+               for i, (start, hi) in rng.items() if i in op.parallel}
         par_order = [i for i in mp.order if i in op.parallel]
         red_order = [i for i in mp.order if i in op.reduction]
         is_anchor = mp.op == self.g.anchor
@@ -220,15 +162,9 @@ class _KernelEmitter:
             init = "0" if op.combiner == "sum" else f"AT_NEG_INF_{self.tag}"
             add(f"      {ct} acc = ({ct}){init};" if op.combiner == "sum" else
                 f"      {ct} acc = {init};")
-            ind = "      "
-            for r in red_order:
-                add(f"{ind}for ({I} {var[r]} = 0; {var[r]} < {self.n(op.extent(r))}; "
-                    f"++{var[r]})")
-                ind += "  "
-            if op.combiner == "sum":
-                add(f"{ind}acc += {body};")
-            else:
-                add(f"{ind}{{ const {ct} v = {body}; acc = v > acc ? v : acc; }}")
+            upd = (f"acc += {body};" if op.combiner == "sum" else
+                   f"{{ const {ct} v = {body}; acc = v > acc ? v : acc; }}")
+            out.extend(self.nest(red_order, rng, var, "      ", upd))
             add(f"      const {ct} val = acc;")
         if is_anchor:
             add(f"      G_{mp.op}[{self.global_offset(mp.op, op.parallel, var)}] = val;")
@@ -243,14 +179,9 @@ class _KernelEmitter:
 
     # ---- the kernel ----------------------------------------------------------------------
     def emit(self, index: int, prefix: str) -> tuple[str, CudaKernel]:
-        w, g = self.w, self.g
+        g = self.g
         I, ct = self.itype, self.ctype
-        reads: list[str] = []
-        for mp in self.plans:
-            for acc in w.op(mp.op).reads():
-                if acc.tensor not in self.members and acc.tensor not in reads:
-                    reads.append(acc.tensor)
-        writes = [m for m in g.members if m in self.mats or m == g.anchor]
+        reads, writes = self.arguments()
         args = tuple(reads + writes)
         name = f"{prefix}group_{index}"
         params = [f"const {ct}* __restrict__ G_{t}" for t in reads] + \
@@ -278,9 +209,7 @@ class _KernelEmitter:
                            f"r /= {self.n(self.ntile[k])};")
         for k in range(nd):      # untiled dims need no bounds: footprints use them in full
             if self.ntile[k] > 1:
-                out.append(f"  const {I} b{k} = t{k} * {self.n(self.eff[k])}; "
-                           f"const {I} e{k} = b{k} + {self.n(self.eff[k])} < {self.n(shape[k])}"
-                           f" ? b{k} + {self.n(self.eff[k])} : {self.n(shape[k])};")
+                out.append(self.tile_bounds(k, "  "))
         for mp in self.plans:
             self.member(mp, out)
         out.append("}")

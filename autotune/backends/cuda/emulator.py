@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from autotune.backends.cuda.codegen import CudaKernel
-from autotune.backends.cuda.executor import GemmCall, emulate_gemm
+from autotune.backends.cuda.gemm import GemmCall, emulate_gemm
 
 EMU_HEADER = r"""// CUDA built-ins for running generated kernels on the host (autotune.backends.cuda.emulator)
 #include <math.h>

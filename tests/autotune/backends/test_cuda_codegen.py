@@ -29,7 +29,8 @@ from typer.testing import CliRunner
 from autotune.cli.app import app
 from autotune.backends.cuda.codegen import TileTooLarge, check_limits, generate_cuda, kernel_source
 from autotune.backends.cuda.emulator import HostEmulator
-from autotune.backends.cuda.executor import CudaPlan, Mat, emulate_gemm, plan_gemm, precision_of
+from autotune.backends.cuda.executor import CudaPlan, precision_of
+from autotune.backends.cuda.gemm import Mat, emulate_gemm, plan_gemm
 from autotune.backends.base import verify
 from autotune.reference import reference
 from costmodel import preset
@@ -155,7 +156,7 @@ NVRTC = _libnvrtc()
 def test_generated_cuda_compiles_with_nvrtc(name):
     """The runtime compiles through NVRTC (cupy.RawModule): the same sources, the same options."""
     import ctypes
-    from autotune.backends.cuda.executor import NVRTC_OPTIONS
+    from autotune.backends.cuda.runtime import NVRTC_OPTIONS
     w = small(name)
     src = "\n".join(generate_cuda(w, c, prefix=f"p{j}_")[0]
                     for j, c in enumerate(candidates(w, RANDOM_PER_WORKLOAD)))
@@ -375,7 +376,7 @@ def test_emit_best_without_gpu_is_one_line(tmp_path):
 def gpu():
     if not _cuda_device():
         pytest.skip("needs CuPy and a CUDA device")
-    from autotune.backends.cuda.executor import CupyRuntime
+    from autotune.backends.cuda.runtime import CupyRuntime
     return CupyRuntime()
 
 

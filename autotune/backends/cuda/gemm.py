@@ -1,0 +1,137 @@
+"""cuBLAS argument lists for the CUDA backend's library contractions, and a NumPy model of them.
+
+A library group is one ``cublasGemmStridedBatchedEx`` call (column-major) on strided views of the
+plan's buffers.  :func:`plan_gemm` finds its arguments from the operands' strides (or says which
+operand must be copied to a contiguous buffer first); :func:`emulate_gemm` does on the host what
+cuBLAS does with them, so the argument lists are tested without a GPU.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Mat:
+    """A batch of matrices in a flat buffer: extents and element strides."""
+    rows: int
+    cols: int
+    sr: int       # row stride
+    sc: int       # column stride
+    sb: int       # batch stride
+
+
+@dataclass(frozen=True)
+class GemmCall:
+    """One ``cublasGemmStridedBatchedEx`` (column-major): ``C = alpha op(X) op(Y)`` where X, Y are
+    the operands named by ``first``/``second`` ("A" or "B" of ``out = A @ B``)."""
+    first: str
+    second: str
+    transa: str          # "N" | "T"
+    transb: str
+    m: int
+    n: int
+    k: int
+    lda: int
+    ldb: int
+    ldc: int
+    stride_a: int
+    stride_b: int
+    stride_c: int
+    batch: int
+
+
+def _colmajor_ld(r: int, c: int, sr: int, sc: int) -> int | None:
+    """The leading dimension if an r x c matrix with these strides is column-major, else None."""
+    if r == 1 or sr == 1:
+        ld = sc if c > 1 else max(1, r)
+        if ld >= max(1, r):
+            return ld
+    return None
+
+
+def _op(r: int, c: int, sr: int, sc: int) -> tuple[str, int] | None:
+    """How cuBLAS reads an r x c matrix: ("N", ld) column-major, ("T", ld) the transpose of a
+    column-major c x r, or None (neither: copy it first)."""
+    ld = _colmajor_ld(r, c, sr, sc)
+    if ld is not None:
+        return "N", ld
+    ld = _colmajor_ld(c, r, sc, sr)
+    if ld is not None:
+        return "T", ld
+    return None
+
+
+def plan_gemm(a: Mat, b: Mat, c: Mat, batch: int) -> GemmCall | str:
+    """cuBLAS arguments for ``c = a @ b`` (batched), or which of "A", "B", "C" must be copied
+    to a contiguous buffer first."""
+    M, K, N = a.rows, a.cols, b.cols
+    row_major_out = c.sc == 1 and c.cols > 1
+    attempts = ("T", "N") if row_major_out else ("N", "T")
+    for form in attempts:
+        if form == "N":            # C (M x N) column-major = op(A) op(B)
+            ldc = _colmajor_ld(M, N, c.sr, c.sc)
+            if ldc is None:
+                continue
+            x, y = _op(M, K, a.sr, a.sc), _op(K, N, b.sr, b.sc)
+            if x is None:
+                return "A"
+            if y is None:
+                return "B"
+            return GemmCall("A", "B", x[0], y[0], M, N, K, x[1], y[1], ldc, a.sb, b.sb, c.sb,
+                            batch)
+        ldc = _colmajor_ld(N, M, c.sc, c.sr)   # C^T (N x M) column-major = B^T A^T
+        if ldc is None:
+            continue
+        x, y = _op(N, K, b.sc, b.sr), _op(K, M, a.sc, a.sr)
+        if x is None:
+            return "B"
+        if y is None:
+            return "A"
+        return GemmCall("B", "A", x[0], y[0], N, M, K, x[1], y[1], ldc, b.sb, a.sb, c.sb, batch)
+    return "C"
+
+
+def gemm_views(xp, call: GemmCall, x, y, c):
+    """``(op(X), op(Y), C)`` of ``call`` as (batch, rows, cols) strided views of the flat
+    buffers ``x``, ``y``, ``c`` (NumPy or CuPy, chosen by ``xp``): column-major, as cuBLAS
+    reads them."""
+    st = xp.lib.stride_tricks.as_strided
+    item = c.itemsize
+
+    def view(buf, trans, rows, cols, ld, stride):
+        flat = st(buf, shape=(buf.size,), strides=(item,))
+        steps = (1, ld) if trans == "N" else (ld, 1)
+        return st(flat, shape=(call.batch, rows, cols),
+                  strides=(stride * item, steps[0] * item, steps[1] * item))
+    return (view(x, call.transa, call.m, call.k, call.lda, call.stride_a),
+            view(y, call.transb, call.k, call.n, call.ldb, call.stride_b),
+            view(c, "N", call.m, call.n, call.ldc, call.stride_c))
+
+
+def emulate_gemm(call: GemmCall, x: np.ndarray, y: np.ndarray, c: np.ndarray,
+                 alpha: float) -> None:
+    """What cuBLAS does with ``call`` on flat buffers ``x`` (first), ``y`` (second), ``c``:
+    a NumPy model used to test the argument lists without a GPU."""
+    X, Y, C = gemm_views(np, call, x, y, c)
+    C[...] = alpha * np.matmul(X.astype(np.float64), Y.astype(np.float64))
+
+
+def mat3(arr, idx: tuple[str, ...], groups3) -> tuple[Mat, int] | None:
+    """``arr`` (logical order ``idx``) seen as (batch, rows, cols) without a copy: its Mat and
+    batch count, or None when its storage does not nest the groups' indices."""
+    item = arr.itemsize
+    st = {i: s // item for i, s in zip(idx, arr.strides)}
+    ext = dict(zip(idx, arr.shape))
+    sizes, gstrides = [], []
+    for g in groups3:
+        live = [i for i in g if ext[i] > 1]
+        for x, y in zip(live, live[1:]):
+            if st[x] != st[y] * ext[y]:
+                return None
+        sizes.append(math.prod(ext[i] for i in g))
+        gstrides.append(st[live[-1]] if live else 0)
+    return Mat(sizes[1], sizes[2], gstrides[1], gstrides[2], gstrides[0]), sizes[0]
+
