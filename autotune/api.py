@@ -17,8 +17,8 @@ from search_spaces.plans import named_plan
 from search_spaces.space import SearchSpace
 from search_spaces.workload import Workload
 
-from autotune.backends.factory import device_spec, make_backend, resolve, tile_bounds
-from autotune.backends.base import MeasureSettings
+from autotune.backends.base import MeasureSettings, Plan
+from autotune.backends.factory import backend_kind, resolve
 from autotune.search.config import SearchConfig, SearchResult
 from autotune.search.loop import search
 
@@ -37,51 +37,12 @@ def open_db(db: str | os.PathLike | None = None) -> PlanDB:
 
 
 def space_for(w: Workload, kind: str) -> SearchSpace:
-    return SearchSpace(w, tile_bounds(kind))
+    return SearchSpace(w, backend_kind(kind).tile_bounds)
 
 
-def make_executable(w: Workload, cand: Candidate, kind: str, cache_dir: Path):
+def make_executable(w: Workload, cand: Candidate, kind: str, cache_dir: Path) -> Plan:
     """Compile ``cand`` for the device kind; returns ``fn(**inputs) -> outputs``."""
-    if kind == "cpu":
-        from autotune.backends.cpu.executor import CompiledPlan
-        return CompiledPlan(w, cand, cache_dir / "kernels")
-    from autotune.backends.cuda.executor import CudaPlan
-    return CudaPlan(w, cand, cache_dir / "kernels")
-
-
-def host_memory_available() -> int | None:
-    """Bytes of RAM a new allocation can get now: MemAvailable from /proc/meminfo (free plus
-    reclaimable cache), else the physical memory size; None when neither is known."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def device_memory_available() -> int | None:
-    """Free memory of GPU 0 (cudaMemGetInfo through CuPy); None when it cannot be read."""
-    try:
-        import cupy
-        return int(cupy.cuda.runtime.memGetInfo()[0])
-    except Exception:
-        return None
-
-
-def memory_probe(kind: str):
-    """``() -> bytes available`` for the search's memory check on a device kind.  GPU free
-    memory is read once, before the measuring worker starts: later its memory pool holds on
-    to freed blocks, which would look like memory in use."""
-    if kind == "cpu":
-        return host_memory_available
-    free = device_memory_available()
-    return lambda: free
+    return backend_kind(kind).make_plan(w, cand, cache_dir / "kernels")
 
 
 def run_search(w: Workload, device: str = "cpu", db: str | os.PathLike | None = None,
@@ -93,15 +54,16 @@ def run_search(w: Workload, device: str = "cpu", db: str | os.PathLike | None = 
     try:
         key = PlanKey.for_env(w.hash, env)
         root = cache_root(store.path)
-        backend = make_backend(env, w, config.seed, root, settings)
-        probe = memory_probe(env.kind)
+        kind = backend_kind(env.kind)
+        backend = kind.backend(w, config.seed, root, settings)
+        probe = kind.memory_probe()
 
         def available() -> int | None:
             free = probe()
             return None if free is None else free + backend.reclaimable_bytes()
         try:
-            return search(w, space_for(w, env.kind), backend, store, key, device_spec(env),
-                          config, on_trial, memory_available=available)
+            return search(w, SearchSpace(w, kind.tile_bounds), backend, store, key,
+                          kind.device_spec(env), config, on_trial, memory_available=available)
         finally:
             backend.close()
     finally:

@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     from autotune import __version__
     from autotune.bench.run import dist_version
     from autotune.api import cache_root
-    from autotune.backends.factory import device_spec
+    from autotune.backends.factory import backend_kind
     from autotune.backends.cuda.executor import CudaPlan, precision_of
     from autotune.environment import NoGPUError, detect
     from autotune.backends.base import verify
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     dims_txt = ",".join(f"{k}={v}" for k, v in w.dims)
     db_path = Path(args.db) if args.db else None
     print(f"{w.name}  dims {dims_txt}  dtype {w.dtype}  rtol {w.rtol:g}  on {dev.name}", flush=True)
-    spec = preset("h200") if args.emulate else device_spec(detect("cuda"))
+    spec = preset("h200") if args.emulate else backend_kind("cuda").device_spec(detect("cuda"))
 
     # ---- candidates: the searched ones and the named plans ----
     space = SearchSpace(w, TileBounds(1, 1024))

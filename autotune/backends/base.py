@@ -1,18 +1,31 @@
-"""Measuring candidates: the Backend protocol and its result type.
+"""What every backend shares: the Backend and Plan protocols, the measurement record, the host
+buffer pool, and the check of outputs against the float64 reference.
 
-A backend compiles a candidate, runs it on fresh random inputs, compares every output with the
-float64 reference under the workload's tolerance, and times it (warm-up, repeats, median).
-Failures come back as data (status and error text), never as exceptions that stop a search.
+A backend kind (:class:`BackendKind`: CPU, CUDA, one object each, looked up by CLI name in
+:mod:`autotune.backends.factory`) says what a device accepts and costs, builds plans for it and
+starts its measuring :class:`Backend`.  A :class:`Plan` is one compiled candidate: it runs, and
+it runs checked and timed.  A backend measures a candidate by compiling it, running it on fresh
+random inputs, comparing every output with the float64 reference under the workload's tolerance,
+and timing it.  Failures come back as data (status and error text), never as exceptions that
+stop a search.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Protocol
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
 
+from costmodel.devices import DeviceSpec
 from search_spaces.candidate import Candidate
+from search_spaces.space import TileBounds
+from search_spaces.workload import Workload
+
+from autotune.environment import Environment
+
+Arrays = dict[str, np.ndarray]          # tensor name -> array
 
 
 @dataclass(frozen=True)
@@ -31,6 +44,24 @@ class Measurement:
 
 
 @dataclass(frozen=True)
+class Cutoff:
+    """When a plan's timed runs may stop early: it cannot be the best so far any more.
+    Without ``best_s`` (nothing measured yet) every run is made."""
+    best_s: float | None = None
+    give_up_factor: float = math.inf
+    contend_factor: float = math.inf
+
+    def gives_up(self, first_s: float) -> bool:
+        """A checked first run this far off the best: it is the only sample."""
+        return self.best_s is not None and first_s > self.give_up_factor * self.best_s
+
+    def out_of_contention(self, times: list[float]) -> bool:
+        """Both of the first two runs this far off the best: more repeats only cost time."""
+        return self.best_s is not None and len(times) == 2 and \
+            min(times) > self.contend_factor * self.best_s
+
+
+@dataclass(frozen=True)
 class MeasureSettings:
     """How hard to measure: runs after the checked one, and when to stop early."""
     warmup: int = 0                # the checked run already warms caches and code
@@ -42,14 +73,153 @@ class MeasureSettings:
     give_up_factor: float = 1.15
     contend_factor: float = 1.05
 
+    def cutoff(self, best_s: float | None) -> Cutoff:
+        """The early stop for a candidate measured against the best time so far."""
+        return Cutoff(best_s, self.give_up_factor, self.contend_factor)
+
+
+@dataclass(frozen=True)
+class EmittedSources:
+    """A plan's generated sources as files a user can read and compile by hand: ``files``
+    (file name -> text) and ``notes``, the README lines that say what each file holds."""
+    files: dict[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+
+class BufferPool:
+    """Pre-faulted host byte buffers handed from one plan to the next in a measuring process.
+
+    Faulting in a plan's buffers costs ~0.7 s at N=702 (3 GB of intermediates): a search that
+    measures a hundred candidates of the same shapes pays it once instead of per candidate.
+    The pool holds at most what the last plan gave back, and drops what the next one does not
+    need before allocating, so peak memory stays one plan's worth.
+    """
+
+    def __init__(self) -> None:
+        self._free: list[np.ndarray] = []
+
+    def take_all(self, sizes: list[int]) -> list[np.ndarray]:
+        """One pre-faulted uint8 buffer per requested size (reused where one matches)."""
+        out: list[np.ndarray | None] = [None] * len(sizes)
+        free = self._free
+        for i, n in enumerate(sizes):
+            j = next((j for j, b in enumerate(free) if b.nbytes == n), None)
+            if j is not None:
+                out[i] = free.pop(j)
+        self._free = []           # unmatched: released before the fresh ones are faulted in
+        del free
+        for i, n in enumerate(sizes):
+            if out[i] is None:
+                out[i] = np.empty(n, dtype=np.uint8)
+                out[i].fill(0)     # fault the pages in now: first runs are steady-state runs
+        return out
+
+    def give(self, bufs) -> None:
+        self._free.extend(bufs)
+
+    def __len__(self) -> int:
+        return len(self._free)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held for the next plan."""
+        return sum(b.nbytes for b in self._free)
+
+
+class Plan(Protocol):
+    """One candidate compiled for a device: ``plan(**inputs) -> {output: host array}``."""
+
+    def __call__(self, **inputs: Any) -> Arrays: ...
+
+    def timed_call(self, inputs: Mapping[str, Any], warmup: int, repeats: int,
+                   check: Callable[[Arrays], bool] | None = None,
+                   cutoff: Cutoff = Cutoff()) -> tuple[Arrays, list[float]]:
+        """Run, check and time: (outputs of a run, seconds of each timed run).
+
+        ``check`` gets the first run's outputs before any further run; when it returns False
+        nothing more runs and the times are empty.  The plan may stop timing early when
+        ``cutoff`` says it cannot be the best.  How runs are timed (host clock or device
+        events, whether the first run counts) is the plan's to say.
+        """
+        ...
+
+    def release(self) -> None:
+        """Give back what the plan holds (buffers to its pool); it is unusable afterwards."""
+        ...
+
+
+class PlanFactory(Protocol):
+    """Compiles a candidate into a :class:`Plan`; kernels are cached under ``cache_dir``.
+    ``pool``: host buffers shared with the plans before and after (a plan that keeps its
+    buffers on a device ignores it)."""
+
+    def __call__(self, w: Workload, cand: Candidate, cache_dir: Path,
+                 pool: BufferPool | None = None) -> Plan: ...
+
 
 class Backend(Protocol):
-    """Compiles and times candidates for one device (CPU, CUDA)."""
-    name: str
+    """Measures candidates for one device kind (in an isolated process, for the real ones)."""
+    kind: "BackendKind"
+    settings: MeasureSettings
 
-    def measure(self, cand: Candidate, timeout_s: float, best_s: float | None) -> Measurement: ...
+    def measure(self, cand: Candidate, timeout_s: float, best_s: float | None) -> Measurement:
+        """Compile, run, verify and time ``cand``; ``best_s`` (the best time so far) lets the
+        backend stop timing a candidate that cannot beat it."""
+        ...
+
+    def reclaimable_bytes(self) -> int:
+        """Memory the backend holds for the next candidate: free for it, though the OS counts
+        it as used."""
+        ...
 
     def close(self) -> None: ...
+
+
+class BackendKind(Protocol):
+    """Everything the pipeline needs to know about one kind of device, by its CLI name."""
+    name: str                      # "cpu", "cuda": the --device value and Environment.kind
+    tile_bounds: TileBounds        # tile sizes the generated code accepts
+    units: str                     # what Environment.cores counts ("cores", "SMs")
+
+    def device_spec(self, env: Environment) -> DeviceSpec:
+        """The cost model's view of the device."""
+        ...
+
+    def calibrated(self) -> bool | None:
+        """Whether the device spec was measured on this machine (None: a datasheet preset)."""
+        ...
+
+    def memory_probe(self) -> Callable[[], int | None]:
+        """``() -> bytes a candidate can allocate now`` (None: unknown) for the search's
+        memory check."""
+        ...
+
+    def memory_threads(self, dev: DeviceSpec) -> int:
+        """Copies of a fused group's tile buffers in the memory a candidate allocates (one
+        per host thread; 0 when tiles live in on-chip memory)."""
+        ...
+
+    def make_plan(self, w: Workload, cand: Candidate, cache_dir: Path,
+                  pool: BufferPool | None = None) -> Plan:
+        """The :class:`PlanFactory` of this kind."""
+        ...
+
+    def resident(self, plan: Plan, inputs: Mapping[str, np.ndarray]
+                 ) -> tuple[Callable[[], Any], Callable[[Any], Arrays]]:
+        """``(run, to_host)``: ``run()`` runs ``plan`` once, synchronised, on ``inputs`` placed
+        on the device once, and returns its outputs where they live; ``to_host`` brings them
+        back as NumPy arrays (for benchmarks that time the device work alone)."""
+        ...
+
+    def emit(self, w: Workload, cand: Candidate) -> EmittedSources:
+        """The sources this kind generates for ``cand``, for reading and compiling by hand."""
+        ...
+
+    def backend(self, w: Workload, seed: int, cache_dir: Path,
+                settings: MeasureSettings = MeasureSettings()) -> Backend:
+        """The measuring backend for ``w`` (inputs from ``seed``; kernels and references
+        cached under ``cache_dir``)."""
+        ...
 
 
 def relative_error(out: np.ndarray, ref: np.ndarray) -> float:

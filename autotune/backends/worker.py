@@ -2,17 +2,17 @@
 
 The worker builds its inputs from the seed, loads (or computes and caches) the float64 reference
 once, then serves measure requests over a pipe.  The parent kills it on timeout and starts a new
-one for the next candidate.
+one for the next candidate.  What crosses the pipe are the records below: requests
+(:class:`MeasureRequest`, :class:`Shutdown`) one way, replies (:class:`Ready`,
+:class:`WorkerError`, :class:`MeasureReply`) the other.
 """
 from __future__ import annotations
 
-import functools
-import inspect
+import importlib
 import multiprocessing as mp
 import os
 import signal
 import statistics
-import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +20,10 @@ from pathlib import Path
 import numpy as np
 
 from search_spaces.candidate import Candidate
+from search_spaces.workload import Workload
 
-from autotune.backends.base import Measurement, MeasureSettings, verify
+from autotune.backends.base import (Arrays, BackendKind, BufferPool, Measurement,
+                                    MeasureSettings, Plan, PlanFactory, verify)
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,39 @@ class WorkerSpec:
     dims: tuple[tuple[str, int], ...]
     seed: int
     cache_dir: str
-    device: str = "cpu"
+    device: str = "cpu"            # the backend kind's name: whose plans the worker builds
+
+
+@dataclass(frozen=True)
+class MeasureRequest:
+    """Parent to worker: measure one candidate against the best time so far."""
+    candidate: Candidate
+    settings: MeasureSettings
+    best_s: float | None
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    """Parent to worker: exit."""
+
+
+@dataclass(frozen=True)
+class Ready:
+    """Worker to parent, once: inputs and reference are in place, requests are served."""
+
+
+@dataclass(frozen=True)
+class WorkerError:
+    """Worker to parent: it failed (to start, or later) and exits."""
+    error: str
+
+
+@dataclass(frozen=True)
+class MeasureReply:
+    """Worker to parent: a candidate's measurement, and the bytes the worker's buffer pool
+    now holds for the next candidate (the parent's memory check counts them as free)."""
+    measurement: Measurement
+    pooled_bytes: int
 
 
 def reference_path(cache_dir: Path, whash: str, seed: int) -> Path:
@@ -55,37 +89,29 @@ def load_or_compute_reference(w, inputs, cache_dir: Path, seed: int) -> dict[str
     return ref
 
 
-def _serve(conn, spec: WorkerSpec, make_plan) -> None:
+def _serve(conn, spec: WorkerSpec, make_plan: PlanFactory) -> None:
     from search_spaces.loader import load_workload
     name = spec.workload.removeprefix("builtin:")
     w = load_workload(name, dict(spec.dims))
     inputs = w.random_inputs(spec.seed)
     ref = load_or_compute_reference(w, inputs, Path(spec.cache_dir), spec.seed)
-    pool = None
-    if "pool" in inspect.signature(make_plan).parameters:
-        # host buffers pass from one candidate to the next instead of being faulted in anew
-        from autotune.backends.cpu.executor import BufferPool
-        pool = BufferPool()
-        make_plan = functools.partial(make_plan, pool=pool)
-    conn.send(("ready", None))
+    # host buffers pass from one candidate to the next instead of being faulted in anew
+    pool = BufferPool()
+    conn.send(Ready())
     while True:
-        msg = conn.recv()
-        if msg is None:
+        req = conn.recv()
+        if isinstance(req, Shutdown):
             return
-        cand_json, settings, best_s = msg
-        m = _measure_one(w, Candidate.from_json(cand_json), inputs, ref, settings, best_s, spec,
-                         make_plan)
-        # what the pool holds is memory the next candidate gets back: the parent's memory
-        # check counts it as available
-        conn.send(("result", m.to_dict(), pool.nbytes if pool is not None else 0))
+        m = _measure_one(w, req, inputs, ref, Path(spec.cache_dir), make_plan, pool)
+        conn.send(MeasureReply(m, pool.nbytes))
 
 
-def _measure_one(w, cand, inputs, ref, settings: MeasureSettings, best_s, spec, make_plan
-                 ) -> Measurement:
+def _measure_one(w: Workload, req: MeasureRequest, inputs: Arrays, ref: Arrays,
+                 cache_dir: Path, make_plan: PlanFactory, pool: BufferPool) -> Measurement:
     plan = None
     try:
-        plan = make_plan(w, cand, Path(spec.cache_dir) / "kernels")
-        return _run(w, plan, inputs, ref, settings, best_s)
+        plan = make_plan(w, req.candidate, cache_dir / "kernels", pool=pool)
+        return _run(w, plan, inputs, ref, req.settings, req.best_s)
     except MemoryError:
         # the frames holding the candidate's arrays are gone once we return: the worker
         # serves the next candidate with its memory back
@@ -95,55 +121,54 @@ def _measure_one(w, cand, inputs, ref, settings: MeasureSettings, best_s, spec, 
         last = traceback.format_exception_only(type(e), e)[-1].strip()
         return Measurement("failed", error=last[:500])
     finally:
-        if plan is not None and hasattr(plan, "release"):
+        if plan is not None:
             plan.release()
 
 
-def _run(w, plan, inputs, ref, settings: MeasureSettings, best_s) -> Measurement:
+class _Check:
+    """The check a plan's first run goes through: its outputs against the reference."""
+
+    def __init__(self, ref: Arrays, rtol: float):
+        self.ref, self.rtol = ref, rtol
+        self.verdict: tuple[float, str] | None = None     # (worst relative error, error text)
+
+    def __call__(self, outs: Arrays) -> bool:
+        self.verdict = verify(outs, self.ref, self.rtol)
+        return not self.verdict[1]
+
+
+def _run(w: Workload, plan: Plan, inputs: Arrays, ref: Arrays, settings: MeasureSettings,
+         best_s: float | None) -> Measurement:
     """Verify the first run, then time repeats until the candidate cannot be the best."""
-    if hasattr(plan, "timed_call"):
-        # device plans: inputs uploaded once, runs timed with device events, so host
-        # transfers (250 MB each way at N=702) do not swamp kernels of a few ms
-        outs, times = plan.timed_call(inputs, settings.warmup, settings.repeats)
-        err, msg = verify(outs, ref, w.rtol)
-        if msg:
-            return Measurement("failed", rel_err=err, error=msg)
-        return Measurement("ok", statistics.median(times), tuple(times), err)
-    t0 = time.perf_counter()
-    outs = plan(**inputs)
-    first = time.perf_counter() - t0
-    err, msg = verify(outs, ref, w.rtol)
+    check = _Check(ref, w.rtol)
+    outs, times = plan.timed_call(inputs, settings.warmup, settings.repeats, check,
+                                  settings.cutoff(best_s))
+    if check.verdict is None:      # a plan that skipped the check: verify what it returned
+        check(outs)
+    del outs
+    err, msg = check.verdict
     if msg:
         return Measurement("failed", rel_err=err, error=msg)
-    del outs
-    if best_s is not None and first > settings.give_up_factor * best_s:
-        return Measurement("ok", first, (first,), err)  # far off the best: one run tells
-    for _ in range(settings.warmup):
-        plan(**inputs)
-    # the checked run is a timed sample too (the plan pre-faults its buffers)
-    times = [first]
-    for _ in range(settings.repeats - 1):
-        t0 = time.perf_counter()
-        plan(**inputs)
-        times.append(time.perf_counter() - t0)
-        # not in contention for the best after two runs: more repeats only cost time
-        if best_s is not None and len(times) == 2 and \
-                min(times) > settings.contend_factor * best_s:
-            break
     return Measurement("ok", statistics.median(times), tuple(times), err)
 
 
-def worker_main(conn, spec: WorkerSpec, make_plan_path: str) -> None:
-    try:
-        import importlib
+def plan_factory(spec: WorkerSpec, make_plan_path: str | None) -> PlanFactory:
+    """``module:attr`` when given (tests' misbehaving plans), else the kind's own."""
+    if make_plan_path:
         module, _, attr = make_plan_path.partition(":")
-        make_plan = getattr(importlib.import_module(module), attr)
-        _serve(conn, spec, make_plan)
+        return getattr(importlib.import_module(module), attr)
+    from autotune.backends.factory import backend_kind
+    return backend_kind(spec.device).make_plan
+
+
+def worker_main(conn, spec: WorkerSpec, make_plan_path: str | None) -> None:
+    try:
+        _serve(conn, spec, plan_factory(spec, make_plan_path))
     except EOFError:
         return
     except Exception as e:
         try:
-            conn.send(("error", f"worker failed to start: {type(e).__name__}: {e}"))
+            conn.send(WorkerError(f"worker failed to start: {type(e).__name__}: {e}"))
         except Exception:
             pass
 
@@ -161,7 +186,8 @@ def crash_message(code: int | None) -> str:
 class WorkerHandle:
     """A measuring subprocess with a pipe; restarted after crashes and timeouts."""
 
-    def __init__(self, spec: WorkerSpec, make_plan_path: str, start_timeout_s: float = 600.0):
+    def __init__(self, spec: WorkerSpec, make_plan_path: str | None = None,
+                 start_timeout_s: float = 600.0):
         self.spec, self.path, self.start_timeout_s = spec, make_plan_path, start_timeout_s
         self.proc = None
         self.conn = None
@@ -179,13 +205,14 @@ class WorkerHandle:
             self.kill()
             return "worker did not start in time (reference computation too slow?)"
         try:
-            kind, payload = parent.recv()
+            reply = parent.recv()
         except EOFError:
             self.kill()
             return "worker died while starting"
-        if kind != "ready":
+        if not isinstance(reply, Ready):
             self.kill()
-            return payload
+            return reply.error if isinstance(reply, WorkerError) else \
+                f"worker sent {type(reply).__name__} while starting"
         return None
 
     def measure(self, cand: Candidate, settings: MeasureSettings, timeout_s: float,
@@ -195,18 +222,21 @@ class WorkerHandle:
             if err:
                 return Measurement("failed", error=err)
         try:
-            self.conn.send((cand.to_json(), settings, best_s))
+            self.conn.send(MeasureRequest(cand, settings, best_s))
             if not self.conn.poll(timeout_s):
                 self.kill()
                 return Measurement("failed", error=f"timeout: no result within {timeout_s:.0f} s")
-            kind, payload, self.pooled_bytes = self.conn.recv()
+            reply = self.conn.recv()
         except (EOFError, BrokenPipeError, ConnectionResetError):
             code = (self.proc.join(5) or self.proc.exitcode) if self.proc else None  # reap first
             self.kill()
             return Measurement("failed", error=crash_message(code))
-        d = dict(payload)
-        d["times"] = tuple(d["times"])
-        return Measurement(**d)
+        if not isinstance(reply, MeasureReply):
+            self.kill()
+            return Measurement("failed", error=reply.error if isinstance(reply, WorkerError)
+                               else f"worker sent {type(reply).__name__}, not a measurement")
+        self.pooled_bytes = reply.pooled_bytes
+        return reply.measurement
 
     def kill(self) -> None:
         self.pooled_bytes = 0
@@ -220,8 +250,31 @@ class WorkerHandle:
     def close(self) -> None:
         if self.proc is not None and self.proc.is_alive():
             try:
-                self.conn.send(None)
+                self.conn.send(Shutdown())
                 self.proc.join(5)
             except (BrokenPipeError, OSError):
                 pass
         self.kill()
+
+
+class WorkerBackend:
+    """A :class:`autotune.backends.base.Backend` whose candidates run in an isolated worker
+    process.  ``make_plan``: a ``module:attr`` plan factory instead of the kind's own."""
+
+    def __init__(self, kind: BackendKind, w: Workload, seed: int, cache_dir: Path,
+                 settings: MeasureSettings = MeasureSettings(), make_plan: str | None = None):
+        self.kind = kind
+        self.settings = settings
+        source = w.source.removeprefix("builtin:")
+        spec = WorkerSpec(source, w.dims, seed, str(cache_dir), kind.name)
+        self.worker = WorkerHandle(spec, make_plan)
+
+    def measure(self, cand: Candidate, timeout_s: float, best_s: float | None) -> Measurement:
+        return self.worker.measure(cand, self.settings, timeout_s, best_s)
+
+    def reclaimable_bytes(self) -> int:
+        """Memory the worker holds for the next candidate (its buffer pool): free for it."""
+        return self.worker.pooled_bytes
+
+    def close(self) -> None:
+        self.worker.close()

@@ -204,16 +204,12 @@ def _parse_peers(peers) -> tuple[str, ...]:
 
 def _device_spec(env) -> tuple[Any, bool | None]:
     """The cost-model device and whether it is calibrated (None for GPU presets)."""
-    from autotune.backends.factory import device_spec
-    if env.kind != "cpu":
-        return device_spec(env), None
-    from autotune.backends.cpu.calibrate import CalibrationWarning, calibration_path
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", CalibrationWarning)
-        spec = device_spec(env)
-    ok = calibration_path().exists() and not any(
-        issubclass(c.category, CalibrationWarning) for c in caught)
-    return spec, ok
+    from autotune.backends.factory import backend_kind
+    kind = backend_kind(env.kind)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")      # an uncalibrated spec is said in the record
+        spec = kind.device_spec(env)
+    return spec, kind.calibrated()
 
 
 def _cached_or_searched(w: Workload, device: str, db_path: Path, search_budget: int | None,
@@ -312,7 +308,7 @@ def run_bench(w: Workload, device: str = "cpu", peers=PEER_NAMES, rounds: int = 
 
     from autotune.version import __version__
     from autotune.api import cache_root, space_for
-    from autotune.backends.factory import resolve
+    from autotune.backends.factory import backend_kind, resolve
     from autotune.reference import reference
     from autotune.report.best import plan_summary
 
@@ -327,7 +323,7 @@ def run_bench(w: Workload, device: str = "cpu", peers=PEER_NAMES, rounds: int = 
     db_path = Path(db).expanduser() if db is not None else default_db_path()
     dims_txt = ",".join(f"{k}={v}" for k, v in w.dims)
     say(f"{w.name}  dims {dims_txt}  dtype {w.dtype}  on {env.name} ({env.cores} "
-        f"{'cores' if env.kind == 'cpu' else 'SMs'});  plan database {db_path}")
+        f"{backend_kind(env.kind).units});  plan database {db_path}")
 
     cand, row, searched = _cached_or_searched(w, device, db_path, search_budget, env.kind, say)
 

@@ -49,19 +49,11 @@ def _np_outputs(outs) -> dict:
 
 
 def plan_runner(ctx: Context, cand) -> Runner:
-    """A plan of ours: the C/OpenMP executor, or the CUDA one (inputs uploaded once)."""
+    """A plan of ours on its backend kind, on inputs placed on its device once."""
     from autotune.api import make_executable
+    from autotune.backends.factory import backend_kind
     plan = make_executable(ctx.w, cand, ctx.kind, ctx.cache_root)
-    if ctx.kind == "cpu":
-        inputs = ctx.inputs
-        return Runner(lambda: plan(**inputs), _np_outputs)
-    dev = plan.upload(ctx.inputs)
-
-    def call():
-        outs = plan.run_device(**dev)
-        plan.rt.synchronize()
-        return outs
-    return Runner(call, lambda outs: {k: plan.rt.to_host(v) for k, v in outs.items()})
+    return Runner(*backend_kind(ctx.kind).resident(plan, ctx.inputs))
 
 
 def _import_jax():

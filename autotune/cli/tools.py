@@ -174,52 +174,10 @@ def emit(workload: str = typer.Argument(DEFAULT_WORKLOAD, help="built-in name or
     dims_txt = ",".join(f"{k}={v}" for k, v in w.dims)
     lines = [f"workload {w.name}  dims {dims_txt}  dtype {w.dtype}  plan {plan}  device {device}",
              f"candidate {cand.to_json()}", ""]
-    files: dict[str, str] = {}
-    if device == "cuda":
-        from costmodel.cuda_limits import DEFAULT_SHARED_BYTES, SHARED_OPTIN_BY_ARCH
-        from autotune.backends.cuda.codegen import generate_cuda, kernel_source
-        from autotune.backends.cuda.executor import precision_of
-        from search_spaces.gemm import gemm_form
-        from search_spaces.partition import groups
-        src, kernels = generate_cuda(w, cand)
-        by_anchor = {k.anchor: k for k in kernels}
-        lines.append(f"library GEMMs: cuBLAS gemmStridedBatchedEx, precision {precision_of(w)}")
-        lines.append("compile one kernel by hand: nvcc -std=c++17 -arch=sm_90 -c FILE.cu")
-        lines.append("")
-        for g in groups(w, cand.fused_pairs):
-            k = by_anchor.get(g.anchor)
-            if k is None:
-                f = gemm_form(w.op(g.anchor))
-                size = lambda idx: "x".join(str(w.op(g.anchor).extent(i)) for i in idx) or "1"
-                lines.append(f"{g.anchor}: library GEMM (cuBLAS)  {w.op(g.anchor).text()}  "
-                             f"batch {size(f.batch)} m {size(f.m)} n {size(f.n)} k {size(f.k)}")
-                continue
-            files[f"{k.name}.cu"] = kernel_source(src, k)
-            notes = []
-            if k.needs_opt_in:
-                notes.append(f"needs the >{DEFAULT_SHARED_BYTES // 1024} KB opt-in")
-            notes += [f"over the {lim // 1024} KB of {arch}"
-                      for arch, lim in SHARED_OPTIN_BY_ARCH.items()
-                      if arch in ("sm_80", "sm_90") and k.smem_bytes > lim]
-            lines.append(f"{k.name}.cu: anchor {k.anchor}  members {', '.join(k.members)}  "
-                         f"tiles {tuple(k.tiles)}  grid {k.grid}  block {k.block}  "
-                         f"smem {k.smem_bytes} B  args ({', '.join(k.args)})"
-                         + (f"  [{'; '.join(notes)}]" if notes else ""))
-    else:
-        from autotune.backends.cpu.codegen import generate
-        from autotune.backends.cpu.executor import CFLAGS
-        src, kernels = generate(w, cand)
-        files["plan.c"] = src
-        lines.append(f"compile by hand: cc {' '.join(CFLAGS)} plan.c -o plan.so -lm")
-        lines.append("")
-        loop = {k.anchor for k in kernels}
-        for k in kernels:
-            lines.append(f"plan.c: {k.name}(void **args)  anchor {k.anchor}  "
-                         f"args ({', '.join(k.args)})")
-        for s in cand.schedules:
-            if s.anchor not in loop:
-                lines.append(f"{s.anchor}: library GEMM (NumPy matmul / BLAS)  "
-                             f"{w.op(s.anchor).text()}")
+    from autotune.backends.factory import backend_kind
+    emitted = backend_kind(device).emit(w, cand)
+    lines += emitted.notes
+    files = dict(emitted.files)
     files["README.txt"] = "\n".join(lines) + "\n"
     try:
         for name, text in files.items():

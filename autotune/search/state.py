@@ -31,7 +31,7 @@ class SearchState:
     def __init__(self, w, space, backend, dev, config, memory_available):
         self.w, self.space, self.backend, self.dev, self.config = w, space, backend, dev, config
         self.memory_available = memory_available
-        self.threads = dev.parallel_units if dev.kind == "cpu" else 0   # GPU tiles: smem
+        self.threads = backend.kind.memory_threads(dev)   # copies of the tile buffers
         self.prog = Progress()
         self.measured: dict[str, tuple[str, float | None]] = {}   # cand key -> (status, median)
         self.predicted: dict[str, float] = {}

@@ -56,12 +56,12 @@ def _claim(cache_dir, cand) -> str | None:
     return nan_key(cache_dir)
 
 
-class FaultyPlan:
-    """Same signature as CompiledPlan: ``FaultyPlan(w, cand, cache_dir)(**inputs) -> dict``."""
+class FaultyPlan(CompiledPlan):
+    """A CompiledPlan (a plan factory with the same signature) whose runs misbehave: the
+    inherited ``timed_call`` runs them through :meth:`__call__`."""
 
-    def __init__(self, w, cand, cache_dir):
-        self.inner = CompiledPlan(w, cand, cache_dir)
-        self.cand = cand
+    def __init__(self, w, cand, cache_dir, pool=None):
+        super().__init__(w, cand, cache_dir, pool)
         self.mode = behaviour(cand, _claim(cache_dir, cand))
 
     def __call__(self, **inputs):
@@ -69,7 +69,7 @@ class FaultyPlan:
             os._exit(3)
         if self.mode == "hang":
             time.sleep(1000)
-        outs = self.inner(**inputs)
+        outs = super().__call__(**inputs)
         if self.mode == "wrong":
             return {k: v * v.dtype.type(1.01) for k, v in outs.items()}
         if self.mode == "nan":

@@ -14,8 +14,10 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -24,6 +26,7 @@ from search_spaces.gemm import gemm_form
 from search_spaces.partition import groups, materialized
 from search_spaces.workload import Workload
 
+from autotune.backends.base import Arrays, BufferPool, Cutoff
 from autotune.backends.cpu.codegen import generate, generate_units
 
 
@@ -121,51 +124,12 @@ def _blasable(m: np.ndarray) -> bool:
     return (s2 == it and s1 >= m.shape[-1] * it) or (s1 == it and s2 >= m.shape[-2] * it)
 
 
-class BufferPool:
-    """Pre-faulted byte buffers handed from one plan to the next in a measuring process.
-
-    Faulting in a plan's buffers costs ~0.7 s at N=702 (3 GB of intermediates): a search that
-    measures a hundred candidates of the same shapes pays it once instead of per candidate.
-    The pool holds at most what the last plan gave back, and drops what the next one does not
-    need before allocating, so peak memory stays one plan's worth.
-    """
-
-    def __init__(self) -> None:
-        self._free: list[np.ndarray] = []
-
-    def take_all(self, sizes: list[int]) -> list[np.ndarray]:
-        """One pre-faulted uint8 buffer per requested size (reused where one matches)."""
-        out: list[np.ndarray | None] = [None] * len(sizes)
-        free = self._free
-        for i, n in enumerate(sizes):
-            j = next((j for j, b in enumerate(free) if b.nbytes == n), None)
-            if j is not None:
-                out[i] = free.pop(j)
-        self._free = []           # unmatched: released before the fresh ones are faulted in
-        del free
-        for i, n in enumerate(sizes):
-            if out[i] is None:
-                out[i] = np.empty(n, dtype=np.uint8)
-                out[i].fill(0)     # fault the pages in now: first runs are steady-state runs
-        return out
-
-    def give(self, bufs) -> None:
-        self._free.extend(bufs)
-
-    def __len__(self) -> int:
-        return len(self._free)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held for the next plan."""
-        return sum(b.nbytes for b in self._free)
-
-
 class CompiledPlan:
-    """An executable candidate: ``plan(**inputs) -> {output: ndarray}``.
+    """An executable candidate (a :class:`autotune.backends.base.Plan`):
+    ``plan(**inputs) -> {output: ndarray}``.
 
     ``pool``: where buffers come from and go back to on :meth:`release` (a measuring worker's
-    :class:`BufferPool`); without one each plan faults in its own.
+    :class:`autotune.backends.base.BufferPool`); without one each plan faults in its own.
     """
 
     def __init__(self, w: Workload, cand: Candidate, cache_dir: Path,
@@ -246,6 +210,35 @@ class CompiledPlan:
                 ptrs = (ctypes.c_void_p * len(k.args))(*[storage[t].ctypes.data for t in k.args])
                 self.fns[g.anchor](ptrs)
         return outs
+
+    def timed_call(self, inputs: dict[str, np.ndarray], warmup: int = 0, repeats: int = 3,
+                   check: Callable[[Arrays], bool] | None = None,
+                   cutoff: Cutoff = Cutoff()) -> tuple[Arrays, list[float]]:
+        """(outputs of the last run, host seconds of the timed runs).  The checked first run
+        is a timed sample too (the buffers are pre-faulted, so it is steady-state); when
+        ``cutoff`` gives up on it, it is the only one; after ``warmup`` untimed runs the
+        repeats stop early once the first two are out of contention."""
+        t0 = time.perf_counter()
+        outs = self(**inputs)
+        first = time.perf_counter() - t0
+        if check is not None and not check(outs):
+            return outs, []
+        if cutoff.gives_up(first):
+            return outs, [first]
+        # a run reuses the output arrays only when nobody holds them: drop each run's first
+        outs = None
+        for _ in range(warmup):
+            outs = None
+            outs = self(**inputs)
+        times = [first]
+        for _ in range(repeats - 1):
+            outs = None
+            t0 = time.perf_counter()
+            outs = self(**inputs)
+            times.append(time.perf_counter() - t0)
+            if cutoff.out_of_contention(times):
+                break
+        return (outs if outs is not None else dict(self._last_out)), times
 
     def _gemm(self, name: str, env) -> None:
         op = self.w.op(name)

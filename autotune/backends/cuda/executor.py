@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import statistics
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -34,6 +35,7 @@ from search_spaces.gemm import gemm_form
 from search_spaces.partition import groups, materialized
 from search_spaces.workload import Workload
 
+from autotune.backends.base import Arrays, Cutoff
 from autotune.backends.cuda.codegen import check_limits, generate_cuda
 from autotune.backends.cuda.gemm import GemmCall, Mat, mat3, plan_gemm
 from autotune.backends.cuda.runtime import CupyRuntime
@@ -50,7 +52,8 @@ def precision_of(w: Workload) -> str:
 
 # ---- the plan ------------------------------------------------------------------------------------
 class CudaPlan:
-    """An executable candidate on the GPU: ``plan(**inputs) -> {output: numpy array}``.
+    """An executable candidate on the GPU (a :class:`autotune.backends.base.Plan`):
+    ``plan(**inputs) -> {output: numpy array}``.
 
     Raises :class:`autotune.backends.cuda.codegen.TileTooLarge` before compiling anything when a kernel's
     footprints exceed the device's shared memory per block, and
@@ -123,12 +126,17 @@ class CudaPlan:
         self.rt.synchronize()
         return host
 
-    def timed_call(self, inputs: dict, warmup: int = 1, repeats: int = 3
-                   ) -> tuple[dict[str, np.ndarray], list[float]]:
+    def timed_call(self, inputs: dict, warmup: int = 1, repeats: int = 3,
+                   check: Callable[[Arrays], bool] | None = None,
+                   cutoff: Cutoff = Cutoff()) -> tuple[dict[str, np.ndarray], list[float]]:
         """(outputs of the first run, device times of ``repeats`` runs in seconds): inputs are
-        uploaded once, each run is timed with CUDA events after ``warmup`` untimed runs."""
+        uploaded once; the first run (it loads the kernels) is checked and not timed; each
+        run after ``warmup`` untimed ones is timed with CUDA events.  A run takes
+        milliseconds: every repeat is made, whatever ``cutoff`` says."""
         dev = self.upload(inputs)
         outs = {o: self.rt.to_host(a) for o, a in self.run_device(**dev).items()}
+        if check is not None and not check(outs):
+            return outs, []
         for _ in range(warmup):
             self.run_device(**dev)
         times = []
@@ -138,6 +146,11 @@ class CudaPlan:
             times.append(t.seconds)
         self.rt.synchronize()
         return outs, times
+
+    def release(self) -> None:
+        """Drop the device buffers (back to CuPy's memory pool); the plan is unusable
+        afterwards."""
+        self.storage, self.logical, self._gemm_plans = {}, {}, {}
 
     def median_time(self, inputs: dict, warmup: int = 1, repeats: int = 3) -> float:
         return statistics.median(self.timed_call(inputs, warmup, repeats)[1])

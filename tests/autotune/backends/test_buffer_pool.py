@@ -7,8 +7,8 @@ import pytest
 
 import autotune
 from autotune.api import space_for
-from autotune.backends.cpu.executor import BufferPool, CompiledPlan
-from autotune.backends.base import relative_error
+from autotune.backends.base import BufferPool, relative_error
+from autotune.backends.cpu.executor import CompiledPlan
 from search_spaces import load_workload
 from search_spaces.plans import named_plan
 
@@ -84,11 +84,10 @@ def test_output_array_is_reused_only_once_dropped(w, tmp_path):
 def test_worker_reports_what_its_pool_holds(w, tmp_path):
     """The search's memory check adds the worker's pooled buffers to the free memory: they
     go to the next candidate (the OS counts them as used)."""
-    from autotune.backends.factory import WorkerBackend
     from autotune.backends.base import MeasureSettings
+    from autotune.backends.factory import backend_kind
     cand = named_plan(space_for(w, "cpu"), "heuristic")
-    backend = WorkerBackend("cpu", w, 0, tmp_path, "autotune.backends.cpu.executor:CompiledPlan",
-                            MeasureSettings(repeats=1))
+    backend = backend_kind("cpu").backend(w, 0, tmp_path, MeasureSettings(repeats=1))
     try:
         assert backend.reclaimable_bytes() == 0               # nothing measured yet
         m = backend.measure(cand, timeout_s=120, best_s=None)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.backends.factory import tile_bounds
+from autotune.backends.factory import backend_kind
 from autotune.backends.base import MeasureSettings
 from autotune.backends.worker import WorkerHandle, WorkerSpec, reference_path
 from search_spaces import load_workload
@@ -33,7 +33,7 @@ def w():
 
 @pytest.fixture(scope="module")
 def plans(w):
-    space = SearchSpace(w, tile_bounds("cpu"))
+    space = SearchSpace(w, backend_kind("cpu").tile_bounds)
     return {n: named_plan(space, n) for n in ("unfused", "heuristic", "greedy")}
 
 
@@ -125,7 +125,7 @@ def test_hang_is_killed_at_the_timeout_and_next_measure_restarts(plans, faulty):
 def test_worker_that_cannot_start_reports_failure(w, tmp_path):
     h = WorkerHandle(spec(w, tmp_path), "tests.support.faulty_plans:NoSuchPlan", start_timeout_s=60)
     try:
-        m = h.measure(named_plan(SearchSpace(w, tile_bounds("cpu")), "heuristic"), QUICK, 60, None)
+        m = h.measure(named_plan(SearchSpace(w, backend_kind("cpu").tile_bounds), "heuristic"), QUICK, 60, None)
     finally:
         h.close()
     assert m.status == "failed" and m.error

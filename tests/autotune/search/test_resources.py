@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-import autotune.api
-from autotune.api import host_memory_available, memory_probe, run_search
-from autotune.backends.factory import tile_bounds
+import autotune.backends.cpu.kind
+from autotune.api import run_search
+from autotune.backends.cpu.kind import host_memory_available
+from autotune.backends.factory import backend_kind
 from autotune.backends.base import MeasureSettings
 from autotune.search.config import SearchConfig
 from autotune.search.state import memory_error
@@ -62,7 +63,7 @@ def test_memory_bytes_counts_tensors_and_per_thread_tile_buffers():
 
 def test_memory_bytes_of_the_triangle_update():
     w = load_workload("trimul_outgoing", {"N": 64, "C": 16})
-    space = SearchSpace(w, tile_bounds("cpu"))
+    space = SearchSpace(w, backend_kind("cpu").tile_bounds)
     inputs = sum(math.prod(s) for _, s in w.inputs) * 4
     every = sum(math.prod(s) for s in w.shapes.values()) * 4
     for name in ("unfused", "heuristic", "greedy"):
@@ -73,18 +74,18 @@ def test_memory_bytes_of_the_triangle_update():
             assert every <= need <= 2 * every
     # at N=702 (the full size) the unfused plan holds ~20 tensors of 252 MB each
     big = load_workload("trimul_outgoing")
-    need = memory_bytes(big, named_plan(SearchSpace(big, tile_bounds("cpu")), "unfused"), 2)
+    need = memory_bytes(big, named_plan(SearchSpace(big, backend_kind("cpu").tile_bounds), "unfused"), 2)
     assert 4e9 < need < 12e9
 
 
 def test_available_memory_is_read():
     avail = host_memory_available()
     assert avail is not None and 1 << 26 < avail < 1 << 50
-    assert memory_probe("cpu") is host_memory_available
+    assert backend_kind("cpu").memory_probe() is host_memory_available
     try:
         import cupy  # noqa: F401
     except ImportError:
-        assert memory_probe("cuda")() is None      # no GPU here: no check, not a crash
+        assert backend_kind("cuda").memory_probe()() is None      # no GPU here: no check, not a crash
 
 
 def test_memory_error_text():
@@ -96,11 +97,11 @@ def test_memory_error_text():
 
 def test_search_refuses_candidates_that_do_not_fit_without_running_them(tmp_path, monkeypatch):
     w = load_workload("trimul_outgoing", DIMS)
-    space = SearchSpace(w, tile_bounds("cpu"))
+    space = SearchSpace(w, backend_kind("cpu").tile_bounds)
     needs = {n: memory_bytes(w, named_plan(space, n), 2) for n in ("unfused", "heuristic")}
     assert needs["heuristic"] < needs["unfused"]
     limit = (needs["heuristic"] + needs["unfused"]) // 2        # unfused does not fit
-    monkeypatch.setattr(autotune.api, "host_memory_available", lambda: limit)
+    monkeypatch.setattr(autotune.backends.cpu.kind, "host_memory_available", lambda: limit)
     db = tmp_path / "p.sqlite"
     result = run_search(w, "cpu", db=db, settings=QUICK,
                         config=SearchConfig(budget=3, model_pool=20, model_seeds=0))
@@ -119,14 +120,13 @@ def test_search_refuses_candidates_that_do_not_fit_without_running_them(tmp_path
 
 
 def result_threads(w) -> int:
-    from autotune.backends.factory import device_spec
     from autotune.environment import detect
-    return device_spec(detect("cpu")).parallel_units
+    return backend_kind("cpu").device_spec(detect("cpu")).parallel_units
 
 
 def test_search_with_nothing_fitting_runs_nothing(tmp_path, monkeypatch):
     w = load_workload("trimul_outgoing", DIMS)
-    monkeypatch.setattr(autotune.api, "host_memory_available", lambda: 1000)
+    monkeypatch.setattr(autotune.backends.cpu.kind, "host_memory_available", lambda: 1000)
     db = tmp_path / "p.sqlite"
     result = run_search(w, "cpu", db=db, settings=QUICK,
                         config=SearchConfig(budget=4, model_pool=20, model_seeds=2))
@@ -147,7 +147,7 @@ def hostile(tmp_path):
     w = load_workload("trimul_outgoing", DIMS)
     h = WorkerHandle(WorkerSpec("trimul_outgoing", w.dims, 3, str(tmp_path), "cpu"),
                      "tests.support.hostile_plans:HostilePlan", start_timeout_s=120)
-    yield w, named_plan(SearchSpace(w, tile_bounds("cpu")), "heuristic"), h
+    yield w, named_plan(SearchSpace(w, backend_kind("cpu").tile_bounds), "heuristic"), h
     h.close()
 
 

@@ -21,7 +21,8 @@ from typer.testing import CliRunner
 
 import autotune
 from autotune.api import NoCachedPlanWarning, make_executable, run_search
-from autotune.backends.factory import WorkerBackend, device_spec, tile_bounds
+from autotune.backends.factory import backend_kind
+from autotune.backends.worker import WorkerBackend
 from autotune.cli.app import app
 from autotune.environment import NoGPUError, detect
 from autotune.backends.base import MeasureSettings, relative_error
@@ -185,7 +186,7 @@ def test_load_best_ignores_a_plan_cached_for_other_versions(w, tmp_path, part):
         parts[part] = json.dumps(d, sort_keys=True)
     other = PlanKey(**parts)
     assert other.key != current.key
-    foreign = named_plan(SearchSpace(w, tile_bounds("cpu")), "unfused")
+    foreign = named_plan(SearchSpace(w, backend_kind("cpu").tile_bounds), "unfused")
     foreign = Candidate(foreign.fused, foreign.layouts, foreign.schedules, "foreign")
     with PlanDB(path) as db:
         db.add_workload(w.hash, w.name, json.dumps(w.canonical(), sort_keys=True))
@@ -210,7 +211,7 @@ def test_load_best_uses_a_plan_cached_under_schema_1_after_migration(w, tmp_path
     from db.schema import MIGRATIONS
     path = tmp_path / "old.sqlite"
     old = PlanKey(**{**cpu_key(w).parts(), "schema_version": 1})
-    plan = named_plan(SearchSpace(w, tile_bounds("cpu")), "greedy")
+    plan = named_plan(SearchSpace(w, backend_kind("cpu").tile_bounds), "greedy")
     plan = Candidate(plan.fused, plan.layouts, plan.schedules, "cached-under-v1")
     conn = sqlite3.connect(str(path), isolation_level=None)
     conn.execute("BEGIN IMMEDIATE")
@@ -399,12 +400,13 @@ def test_failing_candidates_are_recorded_and_the_search_finishes(w, tmp_path):
     key = PlanKey.for_env(w.hash, env)
     settings = MeasureSettings(warmup=0, repeats=1)
     config = SearchConfig(budget=8, min_timeout_s=3, model_pool=30, model_seeds=2)
-    backend = WorkerBackend("cpu", w, 0, tmp_path, "tests.support.faulty_plans:FaultyPlan", settings)
+    backend = WorkerBackend(backend_kind("cpu"), w, 0, tmp_path, settings,
+                            "tests.support.faulty_plans:FaultyPlan")
     t0 = time.monotonic()
     with PlanDB(tmp_path / "p.sqlite") as db:
         try:
-            result = search(w, SearchSpace(w, tile_bounds("cpu")), backend, db, key,
-                            device_spec(env), config)
+            result = search(w, SearchSpace(w, backend_kind("cpu").tile_bounds), backend, db, key,
+                            backend_kind("cpu").device_spec(env), config)
         finally:
             backend.close()
         rows = db.trials(key.key)

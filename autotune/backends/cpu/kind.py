@@ -1,0 +1,99 @@
+"""The CPU backend kind: generated C + OpenMP loop groups and NumPy/BLAS GEMMs on this host.
+
+Everything here imports the executor (which compiles with the C compiler and sets OpenMP's wait
+policy) only when a plan is built or emitted.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from costmodel.devices import DeviceSpec
+from search_spaces.candidate import Candidate
+from search_spaces.space import TileBounds
+from search_spaces.workload import Workload
+
+from autotune.backends.base import (Arrays, BufferPool, EmittedSources, MeasureSettings, Plan)
+from autotune.backends.worker import WorkerBackend
+from autotune.environment import Environment
+
+
+def host_memory_available() -> int | None:
+    """Bytes of RAM a new allocation can get now: MemAvailable from /proc/meminfo (free plus
+    reclaimable cache), else the physical memory size; None when neither is known."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+@dataclass(frozen=True)
+class CpuBackendKind:
+    """The ``cpu`` backend (a :class:`autotune.backends.base.BackendKind`)."""
+    name: str = "cpu"
+    tile_bounds: TileBounds = TileBounds(1, 256)
+    units: str = "cores"
+
+    def device_spec(self, env: Environment) -> DeviceSpec:
+        """The calibrated spec of this machine (``autotune calibrate``), else the defaults
+        with a CalibrationWarning."""
+        from autotune.backends.cpu.calibrate import load_cpu_spec
+        return load_cpu_spec()
+
+    def calibrated(self) -> bool:
+        from autotune.backends.cpu.calibrate import (CalibrationWarning, calibration_path,
+                                                     load_cpu_spec)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", CalibrationWarning)
+            load_cpu_spec()
+        return calibration_path().exists() and not any(
+            issubclass(c.category, CalibrationWarning) for c in caught)
+
+    def memory_probe(self) -> Callable[[], int | None]:
+        return host_memory_available
+
+    def memory_threads(self, dev: DeviceSpec) -> int:
+        return dev.parallel_units          # each OpenMP thread holds its own tile buffers
+
+    def make_plan(self, w: Workload, cand: Candidate, cache_dir: Path,
+                  pool: BufferPool | None = None) -> Plan:
+        from autotune.backends.cpu.executor import CompiledPlan
+        return CompiledPlan(w, cand, cache_dir, pool)
+
+    def resident(self, plan: Plan, inputs: Mapping[str, np.ndarray]
+                 ) -> tuple[Callable[[], Any], Callable[[Any], Arrays]]:
+        # host memory is where the plan runs: nothing to place, nothing to bring back
+        return (lambda: plan(**inputs)), (lambda outs: {k: np.asarray(v) for k, v in outs.items()})
+
+    def emit(self, w: Workload, cand: Candidate) -> EmittedSources:
+        """``plan.c``: every loop group of the plan; the notes say how to compile it and which
+        groups are library GEMMs instead."""
+        from autotune.backends.cpu.codegen import generate
+        from autotune.backends.cpu.executor import CFLAGS
+        src, kernels = generate(w, cand)
+        notes = [f"compile by hand: cc {' '.join(CFLAGS)} plan.c -o plan.so -lm", ""]
+        loop = {k.anchor for k in kernels}
+        for k in kernels:
+            notes.append(f"plan.c: {k.name}(void **args)  anchor {k.anchor}  "
+                         f"args ({', '.join(k.args)})")
+        for s in cand.schedules:
+            if s.anchor not in loop:
+                notes.append(f"{s.anchor}: library GEMM (NumPy matmul / BLAS)  "
+                             f"{w.op(s.anchor).text()}")
+        return EmittedSources({"plan.c": src}, tuple(notes))
+
+    def backend(self, w: Workload, seed: int, cache_dir: Path,
+                settings: MeasureSettings = MeasureSettings()) -> WorkerBackend:
+        return WorkerBackend(self, w, seed, cache_dir, settings)

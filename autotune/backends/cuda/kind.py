@@ -1,0 +1,115 @@
+"""The CUDA backend kind: generated kernels through NVRTC and cuBLAS GEMMs, by CuPy, on GPU 0.
+
+CuPy is imported only when a plan is built or the device's memory is read, so the kind can be
+looked up (and its sources emitted) on a machine without a GPU.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from costmodel.devices import DeviceSpec, preset
+from search_spaces.candidate import Candidate
+from search_spaces.space import TileBounds
+from search_spaces.workload import Workload
+
+from autotune.backends.base import (Arrays, BufferPool, EmittedSources, MeasureSettings, Plan)
+from autotune.backends.worker import WorkerBackend
+from autotune.environment import Environment
+
+
+def device_memory_available() -> int | None:
+    """Free memory of GPU 0 (cudaMemGetInfo through CuPy); None when it cannot be read."""
+    try:
+        import cupy
+        return int(cupy.cuda.runtime.memGetInfo()[0])
+    except Exception:
+        return None
+
+
+@dataclass(frozen=True)
+class CudaBackendKind:
+    """The ``cuda`` backend (a :class:`autotune.backends.base.BackendKind`)."""
+    name: str = "cuda"
+    tile_bounds: TileBounds = TileBounds(1, 1024)
+    units: str = "SMs"
+
+    def device_spec(self, env: Environment) -> DeviceSpec:
+        """The datasheet preset the GPU's name matches (an H100's when none does)."""
+        name = env.name.lower()
+        for key in ("h200", "h100", "a100"):
+            if key in name:
+                return preset(key)
+        return preset("h100")
+
+    def calibrated(self) -> None:
+        return None
+
+    def memory_probe(self) -> Callable[[], int | None]:
+        # read once, before the measuring worker starts: later its memory pool holds on to
+        # freed blocks, which would look like memory in use
+        free = device_memory_available()
+        return lambda: free
+
+    def memory_threads(self, dev: DeviceSpec) -> int:
+        return 0                          # tiles live in shared memory, not in the device's
+
+    def make_plan(self, w: Workload, cand: Candidate, cache_dir: Path,
+                  pool: BufferPool | None = None) -> Plan:
+        # buffers live on the device: a host pool has nothing to give
+        from autotune.backends.cuda.executor import CudaPlan
+        return CudaPlan(w, cand, cache_dir)
+
+    def resident(self, plan: Plan, inputs: Mapping[str, np.ndarray]
+                 ) -> tuple[Callable[[], Any], Callable[[Any], Arrays]]:
+        dev = plan.upload(inputs)         # once: host transfers would swamp the kernels
+
+        def run():
+            outs = plan.run_device(**dev)
+            plan.rt.synchronize()
+            return outs
+        return run, lambda outs: {k: plan.rt.to_host(v) for k, v in outs.items()}
+
+    def emit(self, w: Workload, cand: Candidate) -> EmittedSources:
+        """One ``.cu`` per generated kernel (the shared prelude and the kernel: a complete
+        translation unit); the notes give each kernel's launch and shared memory, and each
+        library GEMM's sizes."""
+        from costmodel.cuda_limits import DEFAULT_SHARED_BYTES, SHARED_OPTIN_BY_ARCH
+        from search_spaces.gemm import gemm_form
+        from search_spaces.partition import groups
+
+        from autotune.backends.cuda.codegen import generate_cuda, kernel_source
+        from autotune.backends.cuda.executor import precision_of
+        src, kernels = generate_cuda(w, cand)
+        by_anchor = {k.anchor: k for k in kernels}
+        files: dict[str, str] = {}
+        notes = [f"library GEMMs: cuBLAS gemmStridedBatchedEx, precision {precision_of(w)}",
+                 "compile one kernel by hand: nvcc -std=c++17 -arch=sm_90 -c FILE.cu", ""]
+        for g in groups(w, cand.fused_pairs):
+            k = by_anchor.get(g.anchor)
+            if k is None:
+                op = w.op(g.anchor)
+                f = gemm_form(op)
+                size = lambda idx: "x".join(str(op.extent(i)) for i in idx) or "1"
+                notes.append(f"{g.anchor}: library GEMM (cuBLAS)  {op.text()}  "
+                             f"batch {size(f.batch)} m {size(f.m)} n {size(f.n)} k {size(f.k)}")
+                continue
+            files[f"{k.name}.cu"] = kernel_source(src, k)
+            limits = []
+            if k.needs_opt_in:
+                limits.append(f"needs the >{DEFAULT_SHARED_BYTES // 1024} KB opt-in")
+            limits += [f"over the {lim // 1024} KB of {arch}"
+                       for arch, lim in SHARED_OPTIN_BY_ARCH.items()
+                       if arch in ("sm_80", "sm_90") and k.smem_bytes > lim]
+            notes.append(f"{k.name}.cu: anchor {k.anchor}  members {', '.join(k.members)}  "
+                         f"tiles {tuple(k.tiles)}  grid {k.grid}  block {k.block}  "
+                         f"smem {k.smem_bytes} B  args ({', '.join(k.args)})"
+                         + (f"  [{'; '.join(limits)}]" if limits else ""))
+        return EmittedSources(files, tuple(notes))
+
+    def backend(self, w: Workload, seed: int, cache_dir: Path,
+                settings: MeasureSettings = MeasureSettings()) -> WorkerBackend:
+        return WorkerBackend(self, w, seed, cache_dir, settings)
