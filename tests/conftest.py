@@ -31,7 +31,8 @@ def cuda_device_present() -> bool:
 def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs CuPy and a CUDA device (pip install -e '.[cuda]' on a "
                                    "machine with an NVIDIA GPU)")
-    gpu_tests = [item for item in items if "cuda" in item.keywords]
+    # the marker itself, not keywords: a parametrize id "cuda" is no GPU test
+    gpu_tests = [item for item in items if item.get_closest_marker("cuda") is not None]
     if gpu_tests and not cuda_device_present():
         for item in gpu_tests:
             item.add_marker(skip)
