@@ -52,9 +52,11 @@ def one_of(option: str, choices: tuple[str, ...]) -> Callable[[Optional[str]], O
     return check
 
 
-def choices_metavar(choices: tuple[str, ...]) -> str:
-    """``<table|json>``: how typer shows a choice option's values in --help."""
-    return f"<{'|'.join(choices)}>"
+def choice(option: str, choices: tuple[str, ...], help: str):
+    """An option taking one of ``choices``: listed as ``<a|b>`` in --help (as typer lists an
+    Enum's values), checked at parse time by :func:`one_of`."""
+    return typer.Option(option, metavar=f"<{'|'.join(choices)}>",
+                        callback=one_of(option, choices), help=help)
 
 
 # ---- the shared arguments and options --------------------------------------------------------
@@ -64,13 +66,8 @@ CachedWorkloadArg = Annotated[Optional[str], typer.Argument(
 Dims = Annotated[Optional[str], typer.Option(help="override dims, e.g. N=64,C=16")]
 Db = Annotated[Optional[str], typer.Option(
     help="plan database (default: $AUTOTUNE_DB or the user cache dir)")]
-Format = Annotated[str, typer.Option(
-    "--format", metavar=choices_metavar(FORMATS), callback=one_of("--format", FORMATS),
-    help="print a table or JSON")]
-RunDevice = Annotated[str, typer.Option(
-    metavar=choices_metavar(RUN_DEVICES), callback=one_of("--device", RUN_DEVICES),
-    help="the device the plan runs on")]
-SearchDevice = Annotated[str, typer.Option(help="cpu, cuda or auto")]
+Format = Annotated[str, choice("--format", FORMATS, "print a table or JSON")]
+RunDevice = Annotated[str, choice("--device", RUN_DEVICES, "the device the plan runs on")]
 
 
 def parse_dims(text: Optional[str]) -> dict[str, int]:

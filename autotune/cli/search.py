@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from autotune.cli.common import (DEFAULT_WORKLOAD, CachedWorkloadArg, CliError, Db, Dims, Format,
-                                 SearchDevice, WorkloadArg, _api, handled, load)
+                                 WorkloadArg, _api, handled, load)
 
 
 @handled
@@ -15,7 +15,7 @@ def search_cmd(
         workload: WorkloadArg = DEFAULT_WORKLOAD,
         budget: int = typer.Option(200, help="trials in all (measured, pruned and failed)"),
         dims: Dims = None,
-        device: SearchDevice = "cpu",
+        device: str = typer.Option("cpu", help="cpu, cuda or auto"),
         sampler: str = typer.Option("tpe", help="tpe, random, gp or cmaes"),
         db: Db = None,
         seed: int = typer.Option(0, help="seed of the sampler and of the random inputs"),

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import json
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 
 from autotune.cli.common import (DEFAULT_WORKLOAD, CliError, Db, Dims, Format, RunDevice,
-                                 WorkloadArg, _api, choices_metavar, handled, load, one_of)
+                                 WorkloadArg, _api, choice, handled, load)
 from autotune.report.units import fmt_s
 
 EXPLAIN_PLANS = ("unfused", "greedy", "heuristic")
@@ -30,12 +30,9 @@ def _cost_model_device(device: str):
 @handled
 def explain(workload: WorkloadArg = DEFAULT_WORKLOAD,
             dims: Dims = None,
-            plan: str = typer.Option("heuristic", metavar=choices_metavar(EXPLAIN_PLANS),
-                                     callback=one_of("--plan", EXPLAIN_PLANS),
-                                     help="the named plan"),
-            device: str = typer.Option("h200", metavar=choices_metavar(EXPLAIN_DEVICES),
-                                       callback=one_of("--device", EXPLAIN_DEVICES),
-                                       help="a datasheet preset, or cpu (calibrated)"),
+            plan: Annotated[str, choice("--plan", EXPLAIN_PLANS, "the named plan")] = "heuristic",
+            device: Annotated[str, choice("--device", EXPLAIN_DEVICES,
+                                          "a datasheet preset, or cpu (calibrated)")] = "h200",
             fmt: Format = "table",
             dot: Optional[str] = typer.Option(None, "--dot", metavar="FILE",
                                               help="write the dispatch graph as Graphviz DOT")):
