@@ -76,18 +76,19 @@ def compiler_version() -> str:
     return out.splitlines()[0].strip() if out.strip() else ""
 
 
-def _version(dist: str) -> str:
+def dist_version(dist: str) -> str | None:
+    """The installed version of a distribution, None when it is not installed."""
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
-        return ""
+        return None
 
 
 def _libraries(extra: dict[str, str] | None = None) -> tuple[tuple[str, str], ...]:
     # Imported here, not at module level: autotune/__init__ may import this module.
     from autotune.version import __version__
-    libs = {"autotune": __version__, "numpy": _version("numpy"),
-            "optuna": _version("optuna"), "python": platform.python_version(),
+    libs = {"autotune": __version__, "numpy": dist_version("numpy") or "",
+            "optuna": dist_version("optuna") or "", "python": platform.python_version(),
             "cc": compiler_version(), **(extra or {})}
     return tuple(sorted(libs.items()))
 

@@ -54,15 +54,11 @@ if str(ROOT) not in sys.path:
 
 import numpy as np  # noqa: E402
 
+from autotune.report.units import fmt_s  # noqa: E402
+
 SEED = 0           # the search's seed: its cached reference is reused
 GEMM_N = 8192
 COPY_BYTES = 1 << 30
-
-
-def fmt_s(t: float | None) -> str:
-    if t is None:
-        return "-"
-    return f"{t * 1e3:.3f} ms" if t < 1 else f"{t:.3f} s"
 
 
 def first_line(e: BaseException) -> str:
@@ -195,11 +191,10 @@ def main(argv: list[str] | None = None) -> int:
     command = [sys.executable, *sys.argv] if argv is None else [sys.executable, __file__, *argv]
 
     from autotune import __version__
-    from autotune.bench.run import dist_version
     from autotune.api import cache_root
     from autotune.backends.factory import backend_kind
     from autotune.backends.cuda.executor import CudaPlan, precision_of
-    from autotune.environment import NoGPUError, detect
+    from autotune.environment import NoGPUError, detect, dist_version
     from autotune.backends.base import verify
     from autotune.backends.worker import load_or_compute_reference
     from costmodel import estimate, preset

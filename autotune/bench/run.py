@@ -29,39 +29,27 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import math
 import os
 import platform
-import random
 import shlex
 import statistics
 import sys
 import time
-import warnings
-from dataclasses import asdict, dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
-
 from search_spaces.workload import Workload
 
-from autotune.bench.runners import (PEER_BUILDERS, Context, Runner, first_line, plan_runner,
-                            run_greedy)
 from autotune.bench.peers import PeerUnavailable   # a builder raises it when its framework is missing
+from autotune.bench.result import (DEFAULT_OUT, ORDER, PEER_NAMES, BenchResult, Contender,
+                                   result_name, save_result)
+from autotune.bench.roofline import floor_of, spec_of
+from autotune.bench.runners import (PEER_BUILDERS, Context, Runner, first_line, plan_runner,
+                                    run_greedy)
+from autotune.bench.timing import check_outputs, time_rounds
+from autotune.environment import dist_version
+from autotune.report.units import fmt_s
 
-PEER_NAMES = ("jax", "torch", "inductor", "iree")
-PLAN_NAMES = ("best", "heuristic", "unfused", "greedy")
-ORDER = PLAN_NAMES + PEER_NAMES
-LABELS = {"jax": "jax (XLA)", "inductor": "inductor (torch.compile)", "torch": "torch (eager)"}
-DEFAULT_OUT = Path("bench") / "results"
-# One process holds several thread pools (our OpenMP, torch's, OpenBLAS's, XLA's Eigen pool) on
-# the same cores; a pool that just finished may keep spinning and slow whichever contender runs
-# next.  A pause before each timed run lets them go idle.  Attention (S=256) on 2 cores, 5
-# rounds: without it medians were 1.2-4.5x the minimum (torch.compile 60 vs 13 ms); with it
-# (and OpenMP waiting passively, see autotune.backends.cpu.executor) 1.1-1.3x.
-SETTLE_S = 0.2
 VERSION_DISTS = ("numpy", "jax", "jaxlib", "torch", "iree-base-compiler", "iree-base-runtime",
                  "optuna", "cupy-cuda12x", "matplotlib")
 
@@ -70,128 +58,6 @@ class BenchError(ValueError):
     """A benchmark that cannot run at all (no plan cached and no search budget, bad peer name)."""
 
 
-@dataclass(frozen=True)
-class Contender:
-    """One row of the benchmark."""
-    name: str
-    kind: str                          # "plan" | "peer"
-    status: str                        # ok | wrong | failed | skipped | timed_out
-    median_s: float | None = None
-    min_s: float | None = None
-    times_s: tuple[float, ...] = ()
-    ratio_to_xla: float | None = None  # median / XLA's median
-    ratio_to_floor: float | None = None
-    predicted_s: float | None = None   # the cost model's prediction (plans only)
-    rel_err: float | None = None
-    build_s: float | None = None       # construction (compiles of plans, lowering of peers)
-    first_call_s: float | None = None  # the checked run (JIT compiles of peers happen here)
-    error: str = ""
-    note: str = ""
-    detail: dict = field(default_factory=dict)
-
-    @property
-    def label(self) -> str:
-        return LABELS.get(self.name, self.name)
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["times_s"] = list(self.times_s)
-        return d
-
-
-@dataclass(frozen=True)
-class BenchResult:
-    """Everything one benchmark run found; ``to_dict()`` is its JSON record."""
-    workload: str
-    dims: dict
-    dtype: str
-    workload_hash: str
-    device: str                        # "cpu" | "cuda"
-    device_name: str
-    rtol: float
-    seed: int
-    rounds: int
-    command: str
-    date: str
-    machine: dict
-    versions: dict
-    db: str
-    best_plan: dict
-    search: dict | None
-    reference_s: float
-    floor: dict
-    contenders: tuple[Contender, ...]
-    json_path: str | None = None
-
-    def contender(self, name: str) -> Contender | None:
-        return next((c for c in self.contenders if c.name == name), None)
-
-    @property
-    def xla_median_s(self) -> float | None:
-        c = self.contender("jax")
-        return c.median_s if c is not None else None
-
-    def to_dict(self) -> dict:
-        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "contenders"}
-        d["xla_median_s"] = self.xla_median_s
-        d["contenders"] = {c.name: c.to_dict() for c in self.contenders}
-        return d
-
-
-# ---- helpers ----------------------------------------------------------------------------------
-def dist_version(dist: str) -> str | None:
-    """The installed version of a distribution, None when it is not installed."""
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def fmt_s(t: float | None) -> str:
-    """Seconds with a readable unit ('-' for None)."""
-    if t is None:
-        return "-"
-    if t >= 1:
-        return f"{t:.3f} s"
-    if t >= 1e-3:
-        return f"{t * 1e3:.2f} ms"
-    return f"{t * 1e6:.1f} us"
-
-
-def dims_tag(w: Workload) -> str:
-    """``N256-C128``: the dims in a file name."""
-    return "-".join(f"{k}{v}" for k, v in w.dims)
-
-
-def result_name(w: Workload, device: str) -> str:
-    return f"bench-{w.name}-{dims_tag(w)}-{device}.json"
-
-
-def compulsory_bytes(w: Workload) -> int:
-    """Inputs read once and outputs written once."""
-    item = np.dtype(w.dtype).itemsize
-    return item * (sum(math.prod(s) for _, s in w.inputs)
-                   + sum(math.prod(w.shapes[o]) for o in w.outputs))
-
-
-def floor_of(w: Workload, spec, calibrated: bool | None = None) -> dict:
-    """The roofline floor of ``w`` on a cost-model device spec: useful flops at the peak FMA
-    rate (the machine's limit) or compulsory bytes at the copy bandwidth, whichever is longer.
-    The same flops at the library GEMM rate are reported beside it (``gemm_floor_s``): what a
-    plan whose every flop ran in BLAS would take."""
-    flops = w.flops()
-    nbytes = compulsory_bytes(w)
-    compute = flops / spec.f32_flops
-    memory = nbytes / spec.bandwidth
-    return {"useful_flops": flops, "compulsory_bytes": nbytes, "peak_flops": spec.f32_flops,
-            "gemm_flops": spec.gemm_flops, "bandwidth": spec.bandwidth, "compute_s": compute,
-            "memory_s": memory, "floor_s": max(compute, memory),
-            "gemm_floor_s": max(flops / spec.gemm_flops, memory),
-            "bound": "compute" if compute >= memory else "memory",
-            "spec": spec.name, "calibrated": calibrated}
-
-
-# ---- the benchmark ------------------------------------------------------------------------------
 def _parse_peers(peers) -> tuple[str, ...]:
     if isinstance(peers, str):
         peers = [p for p in (s.strip() for s in peers.split(",")) if p]
@@ -200,16 +66,6 @@ def _parse_peers(peers) -> tuple[str, ...]:
     if bad:
         raise BenchError(f"unknown peer {bad[0]!r}: choose from {', '.join(PEER_NAMES)}")
     return peers
-
-
-def _device_spec(env) -> tuple[Any, bool | None]:
-    """The cost-model device and whether it is calibrated (None for GPU presets)."""
-    from autotune.backends.factory import backend_kind
-    kind = backend_kind(env.kind)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")      # an uncalibrated spec is said in the record
-        spec = kind.device_spec(env)
-    return spec, kind.calibrated()
 
 
 def _cached_or_searched(w: Workload, device: str, db_path: Path, search_budget: int | None,
@@ -248,53 +104,6 @@ def _cached_or_searched(w: Workload, device: str, db_path: Path, search_budget: 
     return cand, row, searched
 
 
-def _check_outputs(w: Workload, runners: dict, rows: dict, ref, say) -> None:
-    """Every contender's outputs against the reference, before any timing: a failing or wrong
-    one is recorded and dropped from ``runners``."""
-    from autotune.backends.base import verify
-    for name in list(runners):
-        r, info = runners[name], rows[name]
-        try:
-            t0 = time.perf_counter()
-            outs = r.call()
-            info["first_call_s"] = time.perf_counter() - t0
-            err, why = verify(r.to_host(outs), ref, w.rtol)
-            del outs
-            r.call()                            # one more untimed warm-up run
-        except Exception as e:
-            info.update(status="failed", error=first_line(e))
-            say(f"{name}: FAILED: {info['error']}")
-            del runners[name]
-            continue
-        info["rel_err"] = err
-        if why:
-            info.update(status="wrong", error=why)
-            say(f"{name}: WRONG ({why}); not timed")
-            del runners[name]
-            continue
-        info["status"] = "ok"
-        say(f"{name}: rel err {err:.2g}  (first call {fmt_s(info['first_call_s'])})")
-
-
-def _time_rounds(runners: dict, rounds: int, seed: int, say, settle_s: float = SETTLE_S
-                 ) -> dict[str, list[float]]:
-    """Interleaved rounds: each contender once per round, in a shuffled order, each after a
-    pause of ``settle_s`` in which the previous one's worker threads go idle."""
-    times: dict[str, list[float]] = {n: [] for n in runners}
-    rng = random.Random(seed)
-    for k in range(rounds):
-        order = list(runners)
-        rng.shuffle(order)
-        for name in order:
-            time.sleep(settle_s)
-            t0 = time.perf_counter()
-            out = runners[name].call()
-            times[name].append(time.perf_counter() - t0)
-            del out
-        say(f"round {k + 1}/{rounds}: " + "  ".join(f"{n} {fmt_s(times[n][-1])}" for n in order))
-    return times
-
-
 def run_bench(w: Workload, device: str = "cpu", peers=PEER_NAMES, rounds: int = 5, db=None,
               search_budget: int | None = None, greedy_timeout_s: float | None = 60.0,
               seed: int = 1, out_dir: str | os.PathLike | None = DEFAULT_OUT,
@@ -319,7 +128,7 @@ def run_bench(w: Workload, device: str = "cpu", peers=PEER_NAMES, rounds: int = 
     if device == "cuda":
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # share the GPU
     env = resolve(device)
-    spec, calibrated = _device_spec(env)
+    spec, calibrated = spec_of(env)
     db_path = Path(db).expanduser() if db is not None else default_db_path()
     dims_txt = ",".join(f"{k}={v}" for k, v in w.dims)
     say(f"{w.name}  dims {dims_txt}  dtype {w.dtype}  on {env.name} ({env.cores} "
@@ -366,8 +175,8 @@ def run_bench(w: Workload, device: str = "cpu", peers=PEER_NAMES, rounds: int = 
     for name in peers:
         build(name, "peer", lambda name=name: PEER_BUILDERS[name](ctx))
 
-    _check_outputs(w, runners, rows, ref, say)
-    times = _time_rounds(runners, rounds, seed, say)
+    check_outputs(w, runners, rows, ref, say)
+    times = time_rounds(runners, rounds, seed, say)
     runners.clear()
 
     # -- the greedy plan: once, in a subprocess, after the rounds (no contention) -------------
@@ -432,18 +241,3 @@ def run_bench(w: Workload, device: str = "cpu", peers=PEER_NAMES, rounds: int = 
         save_result(result, path)
         say(f"wrote {path}")
     return result
-
-
-def save_result(result: BenchResult, path: str | os.PathLike) -> Path:
-    """Write the JSON record (atomically)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(result.to_dict(), indent=2, default=float) + "\n")
-    os.replace(tmp, path)
-    return path
-
-
-def load_result(path: str | os.PathLike) -> dict:
-    """A saved record, as the dict :meth:`BenchResult.to_dict` made."""
-    return json.loads(Path(path).read_text())

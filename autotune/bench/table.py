@@ -1,8 +1,10 @@
-"""The human-readable table of a benchmark result (a :class:`~autotune.bench.run.BenchResult` or
-the dict saved from one): one row per contender, ratios to XLA and to the floor."""
+"""The human-readable table of a benchmark result (a
+:class:`~autotune.bench.result.BenchResult` or the dict saved from one): one row per contender,
+ratios to XLA and to the floor."""
 from __future__ import annotations
 
-from autotune.bench.run import LABELS, ORDER, BenchResult, fmt_s
+from autotune.bench.result import LABELS, ORDER, BenchResult
+from autotune.report.units import fmt_s
 
 
 def _rows(result) -> tuple[dict, list[dict]]:

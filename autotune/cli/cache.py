@@ -1,21 +1,13 @@
 """`autotune db check` and `autotune cache prune`: the plan database's maintenance commands."""
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
-from autotune.cli.common import _api, app, handled
-
-db_app = typer.Typer(help="Inspect the plan database.", no_args_is_help=True)
-cache_app = typer.Typer(help="Maintain the plan cache.", no_args_is_help=True)
-app.add_typer(db_app, name="db")
-app.add_typer(cache_app, name="cache")
+from autotune.cli.common import Db, _api, handled
 
 
-@db_app.command("check")
 @handled
-def db_check(db: Optional[str] = typer.Option(None, help="plan database (default: the user's)")):
+def db_check(db: Db = None):
     """Diagnose the plan database without modifying it; exit 1 if anything is wrong."""
     from db import check_file, default_db_path
     path = db or str(default_db_path())
@@ -52,9 +44,8 @@ def _older_schema_note(path: str) -> str:
     return ""
 
 
-@cache_app.command("prune")
 @handled
-def cache_prune(db: Optional[str] = typer.Option(None, help="plan database"),
+def cache_prune(db: Db = None,
                 device: str = typer.Option("cpu", help="the device whose current key is kept"),
                 dry_run: bool = typer.Option(False, "--dry-run", help="list, delete nothing")):
     """Delete trials and best plans recorded under another search-space, schema, device or
@@ -75,3 +66,13 @@ def cache_prune(db: Optional[str] = typer.Option(None, help="plan database"),
         typer.echo(f"deleted {n} row(s) under {len(stale)} stale key(s)")
     finally:
         store.close()
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `db` and `cache` command groups (`db check`, `cache prune`) to the app."""
+    db_app = typer.Typer(help="Inspect the plan database.", no_args_is_help=True)
+    db_app.command("check")(db_check)
+    app.add_typer(db_app, name="db")
+    cache_app = typer.Typer(help="Maintain the plan cache.", no_args_is_help=True)
+    cache_app.command("prune")(cache_prune)
+    app.add_typer(cache_app, name="cache")

@@ -1,9 +1,10 @@
-"""What every CLI command shares: the typer app, one-line error handling, workload loading."""
+"""What every CLI command shares: one-line error handling, workload loading, and the options
+several commands take, each defined once as a typed alias (``db: Db = None``)."""
 from __future__ import annotations
 
 import functools
 import warnings
-from typing import Optional
+from typing import Annotated, Callable, Optional
 
 import typer
 
@@ -12,10 +13,9 @@ from search_spaces import WorkloadError, load_workload
 
 from autotune.environment import NoGPUError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Declarative, cost-model-driven fusion autotuner for einsum-heavy programs.")
-
 DEFAULT_WORKLOAD = "trimul_outgoing"
+FORMATS = ("table", "json")
+RUN_DEVICES = ("cpu", "cuda")
 
 
 class CliError(Exception):
@@ -34,6 +34,40 @@ def handled(fn):
             typer.echo(f"autotune: {e}", err=True)
         raise typer.Exit(1)
     return wrapper
+
+
+def one_of(option: str, choices: tuple[str, ...]) -> Callable[[Optional[str]], Optional[str]]:
+    """A typer callback accepting only ``choices`` for ``option``.
+
+    typer's own choice check (an Enum or Literal type) fails with a boxed usage message and exit
+    code 2; every other CLI error is one line on stderr and exit code 1, so this one is too.
+    """
+    allowed = " or ".join(choices) if len(choices) == 2 else f"one of {', '.join(choices)}"
+
+    def check(value: Optional[str]) -> Optional[str]:
+        if value is not None and value not in choices:
+            typer.echo(f"autotune: {option} {value!r}: use {allowed}", err=True)
+            raise typer.Exit(1)
+        return value
+    return check
+
+
+def choice(option: str, choices: tuple[str, ...], help: str):
+    """An option taking one of ``choices``: listed as ``<a|b>`` in --help (as typer lists an
+    Enum's values), checked at parse time by :func:`one_of`."""
+    return typer.Option(option, metavar=f"<{'|'.join(choices)}>",
+                        callback=one_of(option, choices), help=help)
+
+
+# ---- the shared arguments and options --------------------------------------------------------
+WorkloadArg = Annotated[str, typer.Argument(help="built-in name or path to a .toml")]
+CachedWorkloadArg = Annotated[Optional[str], typer.Argument(
+    help="built-in name or path (default: every cached)")]
+Dims = Annotated[Optional[str], typer.Option(help="override dims, e.g. N=64,C=16")]
+Db = Annotated[Optional[str], typer.Option(
+    help="plan database (default: $AUTOTUNE_DB or the user cache dir)")]
+Format = Annotated[str, choice("--format", FORMATS, "print a table or JSON")]
+RunDevice = Annotated[str, choice("--device", RUN_DEVICES, "the device the plan runs on")]
 
 
 def parse_dims(text: Optional[str]) -> dict[str, int]:
@@ -60,5 +94,6 @@ def load(workload: str, dims: Optional[str]):
 
 
 def _api():
+    # Imported on first use: it pulls in optuna and the search, which `--help` never needs.
     from autotune import api
     return api

@@ -190,7 +190,8 @@ def plot_bench(result, path) -> Path:
     """Horizontal bars of each contender's median (min as a tick), labelled with the ratio to
     XLA; the floor as a dashed line; a timed-out contender as a hatched bar at its timeout;
     wrong, failed and skipped contenders as a row of text with the reason."""
-    from autotune.bench.run import LABELS, ORDER, BenchResult, fmt_s
+    from autotune.bench.result import LABELS, ORDER, BenchResult
+    from autotune.report.units import fmt_s
     d = result.to_dict() if isinstance(result, BenchResult) else result
     rows = [d["contenders"][n] for n in ORDER if n in d["contenders"]]
     timed = [c for c in rows if c.get("median_s") is not None]
@@ -257,7 +258,7 @@ def key_trials(w, device: str = "cpu", db=None) -> tuple[str, list[dict]]:
 
 def find_bench_json(w, device: str = "cpu", results_dir=None) -> Path | None:
     """The saved ``autotune bench`` record of this workload, dims and device, if any."""
-    from autotune.bench.run import DEFAULT_OUT, result_name
+    from autotune.bench.result import DEFAULT_OUT, result_name
     p = Path(results_dir if results_dir is not None else DEFAULT_OUT) / result_name(w, device)
     return p if p.exists() else None
 

@@ -347,3 +347,15 @@ def test_a_corrupt_calibration_warns_and_uses_the_defaults(tmp_path, monkeypatch
 def test_calibrate_rejects_gpu_devices():
     r = runner.invoke(app, ["calibrate", "--device", "h200"])
     assert r.exit_code == 1 and len(r.stderr.strip().split("\n")) == 1
+
+
+def test_cpu_spec_status_says_whether_the_spec_is_calibrated(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_DB", str(tmp_path / "plans.sqlite"))
+    assert cal.cpu_spec_status() == (CPU_DEFAULT, False, ())            # no file yet
+    cal.calibration_path().write_text("{not json")
+    spec, calibrated, notes = cal.cpu_spec_status()
+    assert spec == CPU_DEFAULT and calibrated is False
+    assert len(notes) == 1 and "ignoring the cpu calibration" in notes[0]
+    cal.write_calibration({"gemm_flops": 1e12, "bandwidth": 5e10})
+    spec, calibrated, notes = cal.cpu_spec_status()
+    assert calibrated is True and notes == () and spec.gemm_flops == 1e12

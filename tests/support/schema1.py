@@ -4,7 +4,6 @@ the code of schema 1 itself wrote (tests/data/make_schema1_fixture.py)."""
 from __future__ import annotations
 
 import sqlite3
-from pathlib import Path
 
 from sqlite_utils import Database
 

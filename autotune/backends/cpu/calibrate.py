@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from costmodel.devices import CPU_DEFAULT, DeviceSpec
+from db.store import default_db_path
 
 CALIBRATION_VERSION = 1
 CALIBRATION_FILE = "calibration-cpu.json"
@@ -36,12 +37,8 @@ class CalibrationWarning(UserWarning):
 
 
 def default_db_dir() -> Path:
-    """Directory of the default plan database: $AUTOTUNE_DB's directory if set, else
-    $XDG_CACHE_HOME/autotune, else ~/.cache/autotune (the same rule as the plan DB)."""
-    if os.environ.get("AUTOTUNE_DB"):
-        return Path(os.environ["AUTOTUNE_DB"]).expanduser().parent
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache).expanduser() / "autotune"
+    """Directory of the default plan database ($AUTOTUNE_DB's, else the user cache dir's)."""
+    return default_db_path().parent
 
 
 def calibration_path() -> Path:
@@ -262,3 +259,15 @@ def load_cpu_spec(path: Path | None = None) -> DeviceSpec:
                       CalibrationWarning, stacklevel=2)
         return CPU_DEFAULT
     return replace(CPU_DEFAULT, **upd)
+
+
+def cpu_spec_status(path: Path | None = None) -> tuple[DeviceSpec, bool, tuple[str, ...]]:
+    """:func:`load_cpu_spec` with its warnings caught, for callers that report them their own
+    way: the spec, whether it is this machine's calibration, and the warnings' texts."""
+    path = Path(path) if path is not None else calibration_path()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        spec = load_cpu_spec(path)
+    calibrated = path.exists() and not any(issubclass(c.category, CalibrationWarning)
+                                           for c in caught)
+    return spec, calibrated, tuple(str(c.message) for c in caught)

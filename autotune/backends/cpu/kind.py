@@ -6,7 +6,6 @@ policy) only when a plan is built or emitted.
 from __future__ import annotations
 
 import os
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -53,13 +52,8 @@ class CpuBackendKind:
         return load_cpu_spec()
 
     def calibrated(self) -> bool:
-        from autotune.backends.cpu.calibrate import (CalibrationWarning, calibration_path,
-                                                     load_cpu_spec)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", CalibrationWarning)
-            load_cpu_spec()
-        return calibration_path().exists() and not any(
-            issubclass(c.category, CalibrationWarning) for c in caught)
+        from autotune.backends.cpu.calibrate import cpu_spec_status
+        return cpu_spec_status()[1]
 
     def memory_probe(self) -> Callable[[], int | None]:
         return host_memory_available

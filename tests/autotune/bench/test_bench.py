@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from autotune.bench import run as bench
 from autotune.bench import runners as bench_runners
-from autotune.bench.run import BenchError, Runner, run_bench
+from autotune.bench.peers import PeerUnavailable
+from autotune.bench.run import BenchError, run_bench
+from autotune.bench.runners import Runner
 from autotune.bench.table import format_table
 from autotune.report.plots import rankdata, spearman_rho
 from search_spaces import load_workload
@@ -107,10 +108,10 @@ def test_wrong_and_failing_contenders_are_reported_not_timed(searched, monkeypat
         raise RuntimeError("compiler crashed\nsecond line")
 
     def missing(ctx):
-        raise bench.PeerUnavailable("iree is not installed here")
-    monkeypatch.setitem(bench.PEER_BUILDERS, "jax", wrong)
-    monkeypatch.setitem(bench.PEER_BUILDERS, "torch", broken)
-    monkeypatch.setitem(bench.PEER_BUILDERS, "iree", missing)
+        raise PeerUnavailable("iree is not installed here")
+    monkeypatch.setitem(bench_runners.PEER_BUILDERS, "jax", wrong)
+    monkeypatch.setitem(bench_runners.PEER_BUILDERS, "torch", broken)
+    monkeypatch.setitem(bench_runners.PEER_BUILDERS, "iree", missing)
     res = run_bench(w, peers="jax,torch,iree", rounds=1, db=db, greedy_timeout_s=None,
                     out_dir=None)
     j = res.contender("jax")

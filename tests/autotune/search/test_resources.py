@@ -7,8 +7,6 @@ import dataclasses
 import json
 import math
 import signal
-import sys
-from pathlib import Path
 
 import pytest
 

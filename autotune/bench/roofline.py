@@ -1,0 +1,47 @@
+"""The machine's limit for a workload: useful flops at the peak rate, or compulsory bytes at the
+copy bandwidth, on the cost model's spec of the device (calibrated for the cpu)."""
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+
+from costmodel.devices import DeviceSpec
+from search_spaces.workload import Workload
+
+from autotune.backends.factory import backend_kind
+
+
+def spec_of(env) -> tuple[DeviceSpec, bool | None]:
+    """The cost-model device and whether it is this machine's calibration (None for GPU
+    presets, which are datasheets)."""
+    kind = backend_kind(env.kind)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")      # an uncalibrated spec is said in the record
+        spec = kind.device_spec(env)
+    return spec, kind.calibrated()
+
+
+def compulsory_bytes(w: Workload) -> int:
+    """Inputs read once and outputs written once."""
+    item = np.dtype(w.dtype).itemsize
+    return item * (sum(math.prod(s) for _, s in w.inputs)
+                   + sum(math.prod(w.shapes[o]) for o in w.outputs))
+
+
+def floor_of(w: Workload, spec, calibrated: bool | None = None) -> dict:
+    """The roofline floor of ``w`` on a cost-model device spec: useful flops at the peak FMA
+    rate (the machine's limit) or compulsory bytes at the copy bandwidth, whichever is longer.
+    The same flops at the library GEMM rate are reported beside it (``gemm_floor_s``): what a
+    plan whose every flop ran in BLAS would take."""
+    flops = w.flops()
+    nbytes = compulsory_bytes(w)
+    compute = flops / spec.f32_flops
+    memory = nbytes / spec.bandwidth
+    return {"useful_flops": flops, "compulsory_bytes": nbytes, "peak_flops": spec.f32_flops,
+            "gemm_flops": spec.gemm_flops, "bandwidth": spec.bandwidth, "compute_s": compute,
+            "memory_s": memory, "floor_s": max(compute, memory),
+            "gemm_floor_s": max(flops / spec.gemm_flops, memory),
+            "bound": "compute" if compute >= memory else "memory",
+            "spec": spec.name, "calibrated": calibrated}

@@ -1,0 +1,65 @@
+"""Checking and timing the contenders of a benchmark: every one verified against the reference
+before any timing, then interleaved rounds with a pause before each timed run."""
+from __future__ import annotations
+
+import random
+import time
+
+from search_spaces.workload import Workload
+
+from autotune.backends.base import verify
+from autotune.bench.runners import first_line
+from autotune.report.units import fmt_s
+
+# One process holds several thread pools (our OpenMP, torch's, OpenBLAS's, XLA's Eigen pool) on
+# the same cores; a pool that just finished may keep spinning and slow whichever contender runs
+# next.  A pause before each timed run lets them go idle.  Attention (S=256) on 2 cores, 5
+# rounds: without it medians were 1.2-4.5x the minimum (torch.compile 60 vs 13 ms); with it
+# (and OpenMP waiting passively, see autotune.backends.cpu.executor) 1.1-1.3x.
+SETTLE_S = 0.2
+
+
+def check_outputs(w: Workload, runners: dict, rows: dict, ref, say) -> None:
+    """Every contender's outputs against the reference, before any timing: a failing or wrong
+    one is recorded and dropped from ``runners``."""
+    for name in list(runners):
+        r, info = runners[name], rows[name]
+        try:
+            t0 = time.perf_counter()
+            outs = r.call()
+            info["first_call_s"] = time.perf_counter() - t0
+            err, why = verify(r.to_host(outs), ref, w.rtol)
+            del outs
+            r.call()                            # one more untimed warm-up run
+        except Exception as e:
+            info.update(status="failed", error=first_line(e))
+            say(f"{name}: FAILED: {info['error']}")
+            del runners[name]
+            continue
+        info["rel_err"] = err
+        if why:
+            info.update(status="wrong", error=why)
+            say(f"{name}: WRONG ({why}); not timed")
+            del runners[name]
+            continue
+        info["status"] = "ok"
+        say(f"{name}: rel err {err:.2g}  (first call {fmt_s(info['first_call_s'])})")
+
+
+def time_rounds(runners: dict, rounds: int, seed: int, say, settle_s: float = SETTLE_S
+                 ) -> dict[str, list[float]]:
+    """Interleaved rounds: each contender once per round, in a shuffled order, each after a
+    pause of ``settle_s`` in which the previous one's worker threads go idle."""
+    times: dict[str, list[float]] = {n: [] for n in runners}
+    rng = random.Random(seed)
+    for k in range(rounds):
+        order = list(runners)
+        rng.shuffle(order)
+        for name in order:
+            time.sleep(settle_s)
+            t0 = time.perf_counter()
+            out = runners[name].call()
+            times[name].append(time.perf_counter() - t0)
+            del out
+        say(f"round {k + 1}/{rounds}: " + "  ".join(f"{n} {fmt_s(times[n][-1])}" for n in order))
+    return times

@@ -1,0 +1,103 @@
+"""`autotune search` and `show-best`: find the fastest verified plan, and show what is cached."""
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+from autotune.cli.common import (DEFAULT_WORKLOAD, CachedWorkloadArg, CliError, Db, Dims, Format,
+                                 WorkloadArg, _api, handled, load)
+
+
+@handled
+def search_cmd(
+        workload: WorkloadArg = DEFAULT_WORKLOAD,
+        budget: int = typer.Option(200, help="trials in all (measured, pruned and failed)"),
+        dims: Dims = None,
+        device: str = typer.Option("cpu", help="cpu, cuda or auto"),
+        sampler: str = typer.Option("tpe", help="tpe, random, gp or cmaes"),
+        db: Db = None,
+        seed: int = typer.Option(0, help="seed of the sampler and of the random inputs"),
+        prune_factor: float = typer.Option(2.0, help="skip candidates predicted this many "
+                                                     "times slower than the best"),
+        repeats: int = typer.Option(3, help="timed runs per candidate (median)"),
+        storage: Optional[str] = typer.Option(
+            None, help="share the search with other workers through an Optuna storage: "
+                       "journal:PATH (a file all workers reach) or an RDB URL such as "
+                       "postgresql://user:pw@host/db; --budget then counts the shared "
+                       "study's trials")):
+    """Search for the fastest verified plan and cache it."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
+        TimeElapsedColumn
+
+    from autotune.backends.base import MeasureSettings
+    from autotune.search.config import SAMPLERS, SearchConfig
+    if sampler not in SAMPLERS:
+        raise CliError(f"--sampler {sampler!r}: choose one of {', '.join(SAMPLERS)}")
+    if budget < 1:
+        raise CliError("--budget must be at least 1")
+    w = load(workload, dims)
+    _api().resolve(device)   # a missing GPU fails here, before any output
+    config = SearchConfig(budget=budget, sampler=sampler, seed=seed, prune_factor=prune_factor,
+                          storage=storage)
+    if storage:
+        from autotune.search.storage import open_storage
+        open_storage(storage)   # a bad URL or an unreachable server fails here, in one line
+    settings = MeasureSettings(repeats=max(1, repeats))
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
+                  transient=False) as bar:
+        task = bar.add_task(f"search {w.name}", total=budget, status="starting (reference...)")
+
+        def on_trial(p):
+            best = f"best {p.best_s:.4g} s ({p.best_name})" if p.best_s else "best -"
+            bar.update(task, completed=p.done, status=f"{best}  pruned {p.pruned}  "
+                                                     f"failed {p.failed}")
+        result = _api().run_search(w, device, db, config, settings, on_trial)
+    p = result.progress
+    if result.best is None:
+        raise CliError(f"no candidate of {w.name} passed verification in {p.done} trials; "
+                       f"see `autotune show-best {workload}`")
+    typer.echo(f"{w.name}: {p.done} trials ({p.measured} measured, {p.pruned} pruned, "
+               f"{p.failed} failed; {p.new} run by this process); best "
+               f"{result.best['measured_s']:.4g} s, plan key {result.key.key[:16]}")
+
+
+@handled
+def show_best(workload: CachedWorkloadArg = None, dims: Dims = None, db: Db = None,
+              fmt: Format = "table"):
+    """Show the best cached plan per key: time, prediction, speedups, trial counts."""
+    from autotune.report.best import best_report
+    wh = load(workload, dims).hash if workload else None
+    rows = best_report(_api().open_db(db), wh)
+    if fmt == "json":
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        raise CliError("no cached plan" + (f" for {workload}" if workload else "") +
+                       "; run `autotune search` first")
+    for r in rows:
+        typer.echo(f"{r['workload']}  dims {r['dims']}  device {r['device']}  key {r['plan_key'][:16]}")
+        typer.echo(f"  best {r['measured_s']:.4g} s (predicted {r['predicted_s']:.4g} s), "
+                   f"trial {r['trial_number']} of study {r['study']}, {r['updated']}")
+        for base in ("unfused", "greedy", "heuristic"):
+            v = r["speedup"].get(base)
+            pred = r["named_predicted_s"].get(base)
+            if v:
+                typer.echo(f"  vs {base:<9} {v:.2f}x faster ({r['named_s'][base]:.4g} s)")
+            elif pred:
+                typer.echo(f"  vs {base:<9} not run: predicted {pred:.4g} s, "
+                           f"~{pred / r['predicted_s']:.0f}x the best's prediction (pruned)")
+            else:
+                typer.echo(f"  vs {base:<9} not measured")
+        c = r["trials"]
+        typer.echo(f"  trials: {c.get('ok', 0)} ok, {c.get('pruned', 0)} pruned, "
+                   f"{c.get('failed', 0)} failed;  {r['stale'] or 'current'}")
+        typer.echo(f"  plan: {r['plan']}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `search` and `show-best` to the app."""
+    app.command("search")(search_cmd)
+    app.command("show-best")(show_best)
