@@ -12,13 +12,14 @@ from typing import Protocol
 
 import numpy as np
 
+from db.records import Status
 from search_spaces.candidate import Candidate
 
 
 @dataclass(frozen=True)
 class Measurement:
     """Outcome of measuring one candidate."""
-    status: str                    # "ok" | "failed"
+    status: Status                 # OK or FAILED (a wrong result is FAILED, its error says so)
     median_s: float | None = None
     times: tuple[float, ...] = ()
     rel_err: float | None = None   # worst relative L2 error over the outputs
