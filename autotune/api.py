@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 
 from db.keys import PlanKey
+from db.records import BestPlan
 from db.store import PlanDB, default_db_path
 from search_spaces.candidate import Candidate
 from search_spaces.plans import named_plan
@@ -70,14 +71,16 @@ def run_search(w: Workload, device: str = "cpu", db: str | os.PathLike | None = 
         store.close()
 
 
-def best_candidate(w: Workload, device: str = "cpu", db=None) -> tuple[Candidate | None, dict | None]:
+def best_candidate(w: Workload, device: str = "cpu", db=None
+                   ) -> tuple[Candidate | None, BestPlan | None]:
+    """The cached best plan for ``w`` on ``device`` (its candidate and its record), or Nones."""
     env = resolve(device)
     store = open_db(db)
     try:
-        row = store.best(PlanKey.for_env(w.hash, env).key)
+        best = store.best(PlanKey.for_env(w.hash, env).key)
     finally:
         store.close()
-    return (Candidate.from_json(row["candidate_json"]), row) if row else (None, None)
+    return (best.to_candidate(), best) if best else (None, None)
 
 
 def stale_reasons_for(w: Workload, device: str = "cpu", db=None) -> list[str]:
@@ -91,9 +94,9 @@ def stale_reasons_for(w: Workload, device: str = "cpu", db=None) -> list[str]:
     finally:
         store.close()
     reasons: list[str] = []
-    for r in rows:
-        if r["plan_key"] != current.key:
-            reasons += [x for x in stale_reasons(r, current) if x not in reasons]
+    for b in rows:
+        if b.plan_key != current.key:
+            reasons += [x for x in stale_reasons(b.key.parts(), current) if x not in reasons]
     return reasons
 
 

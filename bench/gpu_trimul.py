@@ -199,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     from autotune.backends.worker import load_or_compute_reference
     from costmodel import estimate, preset
     from db.keys import PlanKey
+    from db.records import Status
     from db.store import PlanDB
     from autotune.cli.common import CliError, parse_dims
     from search_spaces import WorkloadError, load_workload
@@ -229,23 +230,23 @@ def main(argv: list[str] | None = None) -> int:
         key = PlanKey.for_env(w.hash, env).key
         store = PlanDB(db_path)
         try:
-            rows = [r for r in store.trials(key) if r["status"] == "ok"]
-            best_row = store.best(key)
+            rows = [r for r in store.trials(key) if r.status == Status.OK]
+            best = store.best(key)
             counts = store.trial_counts(key)
         finally:
             store.close()
         seen = set()
-        for r in sorted(rows, key=lambda r: r["measured_s"]):
-            c = Candidate.from_json(r["candidate_json"])
+        for r in sorted(rows, key=lambda r: r.measured_s):
+            c = r.to_candidate()
             if c.key not in seen:
                 seen.add(c.key)
-                searched.append((c, r["measured_s"]))
+                searched.append((c, r.measured_s))
             if len(searched) >= args.top:
                 break
         search_info = {"db": str(db_path), "plan_key": key, "trials": counts,
-                       "best_row": {k: best_row[k] for k in ("measured_s", "predicted_s",
-                                                             "study", "trial_number")}
-                       if best_row else None,
+                       "best_row": {"measured_s": best.measured_s,
+                                    "predicted_s": best.predicted_s, "study": best.study,
+                                    "trial_number": best.trial_number} if best else None,
                        "top": [{"candidate": json.loads(c.to_json()), "measured_s_in_search": s}
                                for c, s in searched]}
     if not searched:

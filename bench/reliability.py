@@ -86,26 +86,28 @@ def check_invariants(db: Path, named_once: bool = True) -> dict:
     the named plans at most once per study; returns {"trials": n, "keys": k}.  Two searches
     started together on one study each run the named plans (they do not share a queue:
     that is what --storage is for), hence the switch."""
+    from db.records import Status, StoredTrial
     from db.store import PlanDB
     with PlanDB(db) as pdb:
         problems = pdb.check()
         assert problems == [], problems
-        rows = list(pdb.db.query("SELECT * FROM trials ORDER BY plan_key, study, number"))
-        studies: dict[tuple, list[dict]] = {}
+        rows = [StoredTrial.from_row(r) for r in pdb.db.query(
+            "SELECT * FROM trials ORDER BY plan_key, study, number")]
+        studies: dict[tuple, list[StoredTrial]] = {}
         for r in rows:
-            studies.setdefault((r["plan_key"], r["study"]), []).append(r)
+            studies.setdefault((r.plan_key, r.study), []).append(r)
         for (k, study), rs in studies.items():
             if not study.startswith("autotune-"):      # append_trial numbering: dense
-                assert [r["number"] for r in rs] == list(range(len(rs))), (k[:12], study)
-            names = [json.loads(r["candidate_json"]).get("name", "") for r in rs]
+                assert [r.number for r in rs] == list(range(len(rs))), (k[:12], study)
+            names = [r.name for r in rs]
             for n in NAMED if named_once else ():
                 assert names.count(n) <= 1, f"{n} ran {names.count(n)} times in {study}"
-        keys = {r["plan_key"] for r in rows}
+        keys = {r.plan_key for r in rows}
         for k in keys:
-            ok = [r["measured_s"] for r in rows if r["plan_key"] == k and r["status"] == "ok"]
+            ok = [r.measured_s for r in rows if r.plan_key == k and r.status == Status.OK]
             best = pdb.best(k)
             if ok:
-                assert best is not None and best["measured_s"] == min(ok), (k[:12], best, ok)
+                assert best is not None and best.measured_s == min(ok), (k[:12], best, ok)
             else:
                 assert best is None
     return {"trials": len(rows), "keys": len(keys)}
@@ -227,6 +229,7 @@ def _summary(stdout: str) -> re.Match:
 def concurrent(folder: Path, budget: int = 8, jobs=CONCURRENT, log=print) -> dict:
     from autotune.environment import detect
     from db.keys import PlanKey
+    from db.records import Status
     from db.store import PlanDB
     from search_spaces import load_workload
     from autotune.cli.common import parse_dims
@@ -252,10 +255,10 @@ def concurrent(folder: Path, budget: int = 8, jobs=CONCURRENT, log=print) -> dic
             rows = pdb.trials(k, "tpe-seed0")
             d["in_db"] = len(rows)
             d["lost"] = d["reported"] - len(rows)
-            ok = [r["measured_s"] for r in rows if r["status"] == "ok"]
-            d["best_is_min"] = bool(ok) and pdb.best(k)["measured_s"] == min(ok)
+            ok = [r.measured_s for r in rows if r.status == Status.OK]
+            d["best_is_min"] = bool(ok) and pdb.best(k).measured_s == min(ok)
             assert d["lost"] == 0 and d["best_is_min"], (d, k[:12])
-            assert sorted(r["number"] for r in rows) == list(range(len(rows)))
+            assert sorted(r.number for r in rows) == list(range(len(rows)))
     check_invariants(db, named_once=False)
     db_check(db)
     for d in per_key.values():
@@ -282,6 +285,7 @@ def shared(folder: Path, workers: int = 3, budget: int = 12, log=print,
     from autotune.search.storage import open_storage, shared_study_name
     from autotune.cli.common import parse_dims
     from db.keys import PlanKey
+    from db.records import Status
     from db.store import PlanDB
     from search_spaces import load_workload
     db = folder / "shared.sqlite"
@@ -301,20 +305,21 @@ def shared(folder: Path, workers: int = 3, budget: int = 12, log=print,
     trials = optuna.load_study(study_name=name, storage=opened).get_trials(deepcopy=False)
     numbers = [t.number for t in trials]
     assert len(trials) == budget and sorted(numbers) == list(range(budget)), numbers
-    state = {TrialState.COMPLETE: "ok", TrialState.PRUNED: "pruned", TrialState.FAIL: "failed"}
+    state = {TrialState.COMPLETE: Status.OK, TrialState.PRUNED: Status.PRUNED,
+             TrialState.FAIL: Status.FAILED}
     assert all(t.state in state for t in trials), [t.state for t in trials]
     with PlanDB(db) as pdb:
         rows = pdb.trials(key.key, name)
         assert pdb.check() == []
-    assert sorted(r["number"] for r in rows) == list(range(budget)), [r["number"] for r in rows]
-    by_number = {r["number"]: r for r in rows}
+    assert sorted(r.number for r in rows) == list(range(budget)), [r.number for r in rows]
+    by_number = {r.number: r for r in rows}
     for t in trials:
         r = by_number[t.number]
-        assert r["status"] == state[t.state], (t.number, r["status"], t.state)
+        assert r.status == state[t.state], (t.number, r.status, t.state)
         if t.state == TrialState.COMPLETE:
-            assert r["measured_s"] == t.value
-        assert json.loads(r["params_json"]) == t.params
-    names = [json.loads(r["candidate_json"]).get("name", "") for r in rows]
+            assert r.measured_s == t.value
+        assert r.params == t.params
+    names = [r.name for r in rows]
     assert all(names.count(n) == 1 for n in NAMED), names
     assert sum(ran) == budget, ran
     log(f"  {workers} workers, budget {budget}: {len(trials)} trials in the shared study "
@@ -322,7 +327,7 @@ def shared(folder: Path, workers: int = 3, budget: int = 12, log=print,
         f"{ran}, {took:.0f} s")
     return {"workers": workers, "budget": budget, "optuna_trials": len(trials),
             "distinct_numbers": len(set(numbers)), "plan_db_rows": len(rows),
-            "duplicates": len(rows) - len({r["number"] for r in rows}),
+            "duplicates": len(rows) - len({r.number for r in rows}),
             "lost": budget - len(rows), "trials_per_worker": ran, "seconds": round(took, 1)}
 
 

@@ -17,6 +17,12 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:      # run as a script: this checkout's db package
+    sys.path.insert(0, str(ROOT))
+
+from db.records import Status, StoredTrial  # noqa: E402
+
 
 def record(db: Path, wall: str, command: str, how_run: str) -> dict:
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
@@ -24,30 +30,30 @@ def record(db: Path, wall: str, command: str, how_run: str) -> dict:
     keys = [r[0] for r in con.execute("SELECT DISTINCT plan_key FROM trials")]
     if len(keys) != 1:
         sys.exit(f"{db}: expected the trials of one search (one plan key), found {len(keys)}")
-    rows = con.execute("SELECT * FROM trials WHERE plan_key = ? ORDER BY number",
-                       keys).fetchall()
-    ok = [r for r in rows if r["status"] == "ok"]
-    best = min(ok, key=lambda r: r["measured_s"])
+    rows = [StoredTrial.from_row(dict(r)) for r in con.execute(
+        "SELECT * FROM trials WHERE plan_key = ? ORDER BY number", keys)]
+    ok = [r for r in rows if r.status == Status.OK]
+    best = min(ok, key=lambda r: r.measured_s)
     w = con.execute("SELECT name, canonical_json FROM workloads WHERE hash = ?",
-                    (rows[0]["workload_hash"],)).fetchone()
-    runs = sum(len(json.loads(r["times_json"] or "[]")) for r in ok)
+                    (rows[0].key.workload_hash,)).fetchone()
+    runs = sum(len(r.times) for r in ok)
     return {
         "command": command,
         "how_run": how_run,
         "wall_time": wall,
         "workload": w[0] if w else None,
         "dims": json.loads(w[1])["dims"] if w else None,
-        "trials": dict(Counter(r["status"] for r in rows)),
+        "trials": dict(Counter(str(r.status) for r in rows)),
         "timed_runs": runs,
-        "first_trial_at": rows[0]["created"],
-        "last_trial_at": rows[-1]["created"],
-        "best_measured_s": best["measured_s"],
-        "best_times_s": json.loads(best["times_json"] or "[]"),
-        "best_predicted_s": best["predicted_s"],
-        "best_trial": best["number"],
-        "best_candidate": json.loads(best["candidate_json"]),
+        "first_trial_at": rows[0].created,
+        "last_trial_at": rows[-1].created,
+        "best_measured_s": best.measured_s,
+        "best_times_s": list(best.times),
+        "best_predicted_s": best.predicted_s,
+        "best_trial": best.number,
+        "best_candidate": best.candidate,
         "plan_key": keys[0],
-        "device_json": json.loads(rows[0]["device_json"]),
+        "device_json": json.loads(rows[0].key.device_json),
         "machine": {"platform": platform.platform(), "python": platform.python_version()},
     }
 

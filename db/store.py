@@ -20,9 +20,8 @@ from .errors import DBError
 from .keys import PlanKey, stale_reasons
 from .opening import (BUSY_TIMEOUT_S, enable_wal, foreign, guard, newer, one_line, refuse,
                       sqlite_failure)
+from .records import TRIAL_STATUSES, BestPlan, Status, StoredTrial, TrialOutcome
 from .schema import immediate, migrate
-
-STATUSES = ("ok", "failed", "pruned")
 
 
 def default_db_path() -> Path:
@@ -89,55 +88,47 @@ class PlanDB:
                                          "canonical_json": canonical_json,
                                          "created": _now()}, ignore=True)
 
-    def add_trial(self, key: PlanKey, study: str, number: int, candidate_json: str,
-                  status: str, predicted_s: float | None = None,
-                  measured_s: float | None = None, error: str | None = None,
-                  params_json: str | None = None, options_json: str | None = None, *,
-                  times=None, rel_err: float | None = None) -> bool:
-        """Insert trial ``number`` of ``study``; False if it was already there.
+    def add_trial(self, key: PlanKey, study: str, number: int, outcome: TrialOutcome) -> bool:
+        """Insert ``outcome`` as trial ``number`` of ``study``; False if it was already there.
 
         An ok trial also updates best_plans in the same transaction, replacing the
         stored plan only when strictly faster.  measured_s is dropped for non-ok
-        trials (a failed candidate's time is meaningless).  ``times`` (every timed run,
-        seconds) and ``rel_err`` (worst relative error against the reference) are kept
-        for any status that has them: a wrong result's error says how wrong.
+        trials (a failed candidate's time is meaningless).  ``times`` and ``rel_err`` are
+        kept for any status that has them: a wrong result's error says how wrong.
         """
         with immediate(self.db.conn):
-            return self._insert(key, study, int(number), candidate_json, status,
-                                predicted_s, measured_s, error, params_json, options_json,
-                                times, rel_err)
+            return self._insert(key, study, int(number), outcome)
 
-    def append_trial(self, key: PlanKey, study: str, candidate_json: str, status: str,
-                     predicted_s: float | None = None, measured_s: float | None = None,
-                     error: str | None = None, params_json: str | None = None,
-                     options_json: str | None = None, *, times=None,
-                     rel_err: float | None = None) -> int:
+    def append_trial(self, key: PlanKey, study: str, outcome: TrialOutcome) -> int:
         """Like add_trial, numbering the trial max+1 inside the transaction (so
         concurrent writers to one study never collide); returns the number used."""
         with immediate(self.db.conn):
             number = self._next(key.key, study)
-            self._insert(key, study, number, candidate_json, status,
-                         predicted_s, measured_s, error, params_json, options_json,
-                         times, rel_err)
+            self._insert(key, study, number, outcome)
             return number
 
-    def _insert(self, key, study, number, candidate_json, status, predicted_s,
-                measured_s, error, params_json=None, options_json=None, times=None,
-                rel_err=None) -> bool:
-        if status not in STATUSES:
-            raise ValueError(f"trial status {status!r}: expected one of {', '.join(STATUSES)}")
-        if status != "ok":
+    def _insert(self, key: PlanKey, study: str, number: int, o: TrialOutcome) -> bool:
+        status, measured_s = o.status, o.measured_s
+        if status not in TRIAL_STATUSES:
+            raise ValueError(f"trial status {status!r}: expected one of "
+                             f"{', '.join(TRIAL_STATUSES)}")
+        if status != Status.OK:
             measured_s = None
         elif measured_s is None or not math.isfinite(measured_s) or measured_s <= 0:
             # SQLite stores NaN as NULL; an ok trial needs a real positive time.
             raise ValueError(f"an ok trial needs a finite positive measured_s, "
                              f"got {measured_s!r}")
+        candidate_json = o.candidate.to_json()
         cols = key.columns()
         row = {**cols, "study": study, "number": number, "candidate_json": candidate_json,
-               "status": status, "predicted_s": predicted_s, "measured_s": measured_s,
-               "error": error, "params_json": params_json, "options_json": options_json,
-               "times_json": json.dumps([float(t) for t in times]) if times else None,
-               "rel_err": None if rel_err is None else float(rel_err),
+               "status": str(status), "predicted_s": o.predicted_s, "measured_s": measured_s,
+               "error": o.error,
+               "params_json": None if o.params is None else json.dumps(o.params,
+                                                                       sort_keys=True),
+               "options_json": None if o.options is None else json.dumps(o.options,
+                                                                         sort_keys=True),
+               "times_json": json.dumps(list(o.times)) if o.times else None,
+               "rel_err": None if o.rel_err is None else float(o.rel_err),
                "created": _now()}
         names = ", ".join(row)
         cur = self.db.conn.execute(
@@ -145,12 +136,12 @@ class PlanDB:
             "ON CONFLICT (plan_key, study, number) DO NOTHING", row)
         if cur.rowcount != 1:
             return False
-        if status == "ok":
+        if status == Status.OK:
             w = self.db.conn.execute("SELECT name FROM workloads WHERE hash = ?",
                                      (key.workload_hash,)).fetchone()
             best = {**cols, "workload_name": w[0] if w else "",
                     "candidate_json": candidate_json, "measured_s": measured_s,
-                    "predicted_s": predicted_s, "study": study, "trial_number": number,
+                    "predicted_s": o.predicted_s, "study": study, "trial_number": number,
                     "updated": row["created"]}
             changing = [c for c in best if c not in cols]
             # Keep-best: the conflict branch fires only for a strictly faster plan.
@@ -187,31 +178,33 @@ class PlanDB:
     def workload(self, hash: str) -> dict | None:
         return next(self.db.query("SELECT * FROM workloads WHERE hash = ?", [hash]), None)
 
-    def trials(self, plan_key: str, study: str | None = None) -> list[dict]:
+    def trials(self, plan_key: str, study: str | None = None) -> list[StoredTrial]:
         """Trials of a key (optionally one study), ordered by number."""
         where, args = "plan_key = ?", [plan_key]
         if study is not None:
             where, args = where + " AND study = ?", args + [study]
-        return list(self.db.query(
-            f"SELECT * FROM trials WHERE {where} ORDER BY number, study, id", args))
+        return [StoredTrial.from_row(r) for r in self.db.query(
+            f"SELECT * FROM trials WHERE {where} ORDER BY number, study, id", args)]
 
-    def trial_counts(self, plan_key: str) -> dict[str, int]:
+    def trial_counts(self, plan_key: str) -> dict[Status, int]:
         """{"ok": n, "failed": n, "pruned": n} over every study of the key."""
-        counts = dict.fromkeys(STATUSES, 0)
-        counts.update(self.db.conn.execute(
+        counts = dict.fromkeys(TRIAL_STATUSES, 0)
+        counts.update((Status(s), n) for s, n in self.db.conn.execute(
             "SELECT status, COUNT(*) FROM trials WHERE plan_key = ? GROUP BY status",
-            (plan_key,)).fetchall())
+            (plan_key,)))
         return counts
 
-    def best(self, plan_key: str) -> dict | None:
-        return next(self.db.query("SELECT * FROM best_plans WHERE plan_key = ?",
-                                  [plan_key]), None)
+    def best(self, plan_key: str) -> BestPlan | None:
+        """The best plan stored under ``plan_key``; None when no trial of it was ok."""
+        row = next(self.db.query("SELECT * FROM best_plans WHERE plan_key = ?",
+                                 [plan_key]), None)
+        return None if row is None else BestPlan.from_row(row)
 
-    def best_rows(self, workload_hash: str | None = None) -> list[dict]:
+    def best_rows(self, workload_hash: str | None = None) -> list[BestPlan]:
         """Best plans of every key (of one workload if given)."""
         where, args = ("WHERE workload_hash = ?", [workload_hash]) if workload_hash else ("", [])
-        return list(self.db.query(
-            f"SELECT * FROM best_plans {where} ORDER BY workload_name, updated", args))
+        return [BestPlan.from_row(r) for r in self.db.query(
+            f"SELECT * FROM best_plans {where} ORDER BY workload_name, updated", args)]
 
     def all_keys(self) -> set[str]:
         return {r[0] for r in self.db.conn.execute(

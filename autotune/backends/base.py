@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, Protocol
 import numpy as np
 
 from costmodel.devices import DeviceSpec
+from db.records import Status
 from search_spaces.candidate import Candidate
 from search_spaces.space import TileBounds
 from search_spaces.workload import Workload
@@ -31,11 +32,15 @@ Arrays = dict[str, np.ndarray]          # tensor name -> array
 @dataclass(frozen=True)
 class Measurement:
     """Outcome of measuring one candidate."""
-    status: str                    # "ok" | "failed"
+    status: Status                 # OK or FAILED (a wrong result is FAILED, its error says so)
     median_s: float | None = None
     times: tuple[float, ...] = ()
     rel_err: float | None = None   # worst relative L2 error over the outputs
     error: str = ""
+
+    def __post_init__(self) -> None:
+        # a bare "ok"/"failed" (a plan of a test, say) becomes its member; anything else is a bug
+        object.__setattr__(self, "status", Status(self.status))
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from db.records import Status
 from search_spaces.candidate import Candidate
 from search_spaces.workload import Workload
 
@@ -115,11 +116,11 @@ def _measure_one(w: Workload, req: MeasureRequest, inputs: Arrays, ref: Arrays,
     except MemoryError:
         # the frames holding the candidate's arrays are gone once we return: the worker
         # serves the next candidate with its memory back
-        return Measurement("failed", error="out of memory while running the candidate "
+        return Measurement(Status.FAILED, error="out of memory while running the candidate "
                                            "(MemoryError)")
     except Exception as e:  # compile errors, codegen bugs: the trial fails, the search goes on
         last = traceback.format_exception_only(type(e), e)[-1].strip()
-        return Measurement("failed", error=last[:500])
+        return Measurement(Status.FAILED, error=last[:500])
     finally:
         if plan is not None:
             plan.release()
@@ -148,8 +149,8 @@ def _run(w: Workload, plan: Plan, inputs: Arrays, ref: Arrays, settings: Measure
     del outs
     err, msg = check.verdict
     if msg:
-        return Measurement("failed", rel_err=err, error=msg)
-    return Measurement("ok", statistics.median(times), tuple(times), err)
+        return Measurement(Status.FAILED, rel_err=err, error=msg)
+    return Measurement(Status.OK, statistics.median(times), tuple(times), err)
 
 
 def plan_factory(spec: WorkerSpec, make_plan_path: str | None) -> PlanFactory:
@@ -220,20 +221,20 @@ class WorkerHandle:
         if self.proc is None or not self.proc.is_alive():
             err = self._start()
             if err:
-                return Measurement("failed", error=err)
+                return Measurement(Status.FAILED, error=err)
         try:
             self.conn.send(MeasureRequest(cand, settings, best_s))
             if not self.conn.poll(timeout_s):
                 self.kill()
-                return Measurement("failed", error=f"timeout: no result within {timeout_s:.0f} s")
+                return Measurement(Status.FAILED, error=f"timeout: no result within {timeout_s:.0f} s")
             reply = self.conn.recv()
         except (EOFError, BrokenPipeError, ConnectionResetError):
             code = (self.proc.join(5) or self.proc.exitcode) if self.proc else None  # reap first
             self.kill()
-            return Measurement("failed", error=crash_message(code))
+            return Measurement(Status.FAILED, error=crash_message(code))
         if not isinstance(reply, MeasureReply):
             self.kill()
-            return Measurement("failed", error=reply.error if isinstance(reply, WorkerError)
+            return Measurement(Status.FAILED, error=reply.error if isinstance(reply, WorkerError)
                                else f"worker sent {type(reply).__name__}, not a measurement")
         self.pooled_bytes = reply.pooled_bytes
         return reply.measurement

@@ -7,6 +7,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from db.records import Status
 from search_spaces.workload import Workload
 
 PEER_NAMES = ("jax", "torch", "inductor", "iree")
@@ -21,7 +22,7 @@ class Contender:
     """One row of the benchmark."""
     name: str
     kind: str                          # "plan" | "peer"
-    status: str                        # ok | wrong | failed | skipped | timed_out
+    status: Status                     # OK, WRONG, FAILED, SKIPPED or TIMED_OUT
     median_s: float | None = None
     min_s: float | None = None
     times_s: tuple[float, ...] = ()

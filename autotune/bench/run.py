@@ -28,7 +28,6 @@ machine, the versions and every time.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 import platform
 import shlex
@@ -38,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from db.records import BestPlan, Status
 from search_spaces.workload import Workload
 
 from autotune.bench.peers import PeerUnavailable   # a builder raises it when its framework is missing
@@ -69,12 +69,12 @@ def _parse_peers(peers) -> tuple[str, ...]:
 
 
 def _cached_or_searched(w: Workload, device: str, db_path: Path, search_budget: int | None,
-                        kind: str, say) -> tuple[Any, dict, dict | None]:
-    """The cached best plan (candidate, its DB row), searching ``search_budget`` trials first
+                        kind: str, say) -> tuple[Any, BestPlan, dict | None]:
+    """The cached best plan (candidate, its DB record), searching ``search_budget`` trials first
     when none is cached; the third item describes that search (None if none ran)."""
     from autotune.api import best_candidate, run_search
     dims_txt = ",".join(f"{k}={v}" for k, v in w.dims)
-    cand, row = best_candidate(w, device, db_path) if db_path.exists() else (None, None)
+    cand, best = best_candidate(w, device, db_path) if db_path.exists() else (None, None)
     searched = None
     if cand is None:
         if not search_budget:
@@ -95,13 +95,13 @@ def _cached_or_searched(w: Workload, device: str, db_path: Path, search_budget: 
         p = res.progress
         searched = {"budget": search_budget, "wall_s": time.perf_counter() - t0,
                     "measured": p.measured, "pruned": p.pruned, "failed": p.failed}
-        cand, row = best_candidate(w, device, db_path)
+        cand, best = best_candidate(w, device, db_path)
         if cand is None:
             raise BenchError(f"the search of {search_budget} trials found no verified plan "
                              f"for {w.name}")
         say(f"searched {search_budget} trials in {searched['wall_s']:.1f} s: best "
-            f"{fmt_s(row['measured_s'])} in the search")
-    return cand, row, searched
+            f"{fmt_s(best.measured_s)} in the search")
+    return cand, best, searched
 
 
 def run_bench(w: Workload, device: str = "cpu", peers=PEER_NAMES, rounds: int = 5, db=None,
@@ -134,7 +134,7 @@ def run_bench(w: Workload, device: str = "cpu", peers=PEER_NAMES, rounds: int = 
     say(f"{w.name}  dims {dims_txt}  dtype {w.dtype}  on {env.name} ({env.cores} "
         f"{backend_kind(env.kind).units});  plan database {db_path}")
 
-    cand, row, searched = _cached_or_searched(w, device, db_path, search_budget, env.kind, say)
+    cand, best, searched = _cached_or_searched(w, device, db_path, search_budget, env.kind, say)
 
     inputs = w.random_inputs(seed=seed)
     t0 = time.perf_counter()
@@ -161,10 +161,10 @@ def run_bench(w: Workload, device: str = "cpu", peers=PEER_NAMES, rounds: int = 
             info["build_s"] = time.perf_counter() - t0
             info["detail"] = dict(runners[name].detail)
         except PeerUnavailable as e:
-            info.update(status="skipped", error=str(e))
+            info.update(status=Status.SKIPPED, error=str(e))
             say(f"{name}: skipped ({e})")
         except Exception as e:
-            info.update(status="failed", error=first_line(e))
+            info.update(status=Status.FAILED, error=first_line(e))
             say(f"{name}: FAILED to build: {info['error']}")
 
     for name, c in plans.items():
@@ -181,17 +181,17 @@ def run_bench(w: Workload, device: str = "cpu", peers=PEER_NAMES, rounds: int = 
 
     # -- the greedy plan: once, in a subprocess, after the rounds (no contention) -------------
     if greedy_timeout_s is None:
-        rows["greedy"] = {"kind": "plan", "status": "skipped", "error": "not asked for"}
+        rows["greedy"] = {"kind": "plan", "status": Status.SKIPPED, "error": "not asked for"}
     else:
         say(f"greedy: one run in a subprocess (timeout {greedy_timeout_s:g} s) ...")
         g = run_greedy(w, seed, env.kind, root, greedy_timeout_s, ref)
         rows["greedy"] = {"kind": "plan", **{k: v for k, v in g.items()
                                              if k not in ("time_s", "timeout_s")}}
-        if g["status"] in ("ok", "wrong") and "time_s" in g:
+        if g["status"] in (Status.OK, Status.WRONG) and "time_s" in g:
             rows["greedy"]["note"] = "one run"
-            if g["status"] == "ok":
+            if g["status"] == Status.OK:
                 times["greedy"] = [g["time_s"]]
-        elif g["status"] == "timed_out":
+        elif g["status"] == Status.TIMED_OUT:
             rows["greedy"]["note"] = (f"timed out after {greedy_timeout_s:g} s (one run; "
                                       f"compiled in {g['build_s']:.1f} s)")
             rows["greedy"]["detail"] = {"timeout_s": greedy_timeout_s}
@@ -208,7 +208,7 @@ def run_bench(w: Workload, device: str = "cpu", peers=PEER_NAMES, rounds: int = 
         ts = times.get(name, [])
         med = statistics.median(ts) if ts else None
         contenders.append(Contender(
-            name=name, kind=info["kind"], status=info.get("status", "failed"),
+            name=name, kind=info["kind"], status=Status(info.get("status", Status.FAILED)),
             median_s=med, min_s=min(ts) if ts else None, times_s=tuple(ts),
             ratio_to_xla=med / xla if (med is not None and xla) else None,
             ratio_to_floor=med / floor["floor_s"] if med is not None else None,
@@ -219,11 +219,10 @@ def run_bench(w: Workload, device: str = "cpu", peers=PEER_NAMES, rounds: int = 
 
     if command is None:
         command = shlex.join([sys.executable, *sys.argv])
-    best_plan = {"plan_key": row["plan_key"], "study": row.get("study"),
-                 "trial_number": row.get("trial_number"),
-                 "measured_s_in_search": row.get("measured_s"),
-                 "predicted_s": row.get("predicted_s"), "summary": plan_summary(cand),
-                 "candidate": json.loads(row["candidate_json"])}
+    best_plan = {"plan_key": best.plan_key, "study": best.study,
+                 "trial_number": best.trial_number, "measured_s_in_search": best.measured_s,
+                 "predicted_s": best.predicted_s, "summary": plan_summary(cand),
+                 "candidate": best.candidate}
     path = Path(out_dir) / result_name(w, env.kind) if out_dir is not None else None
     result = BenchResult(
         workload=w.name, dims=dict(w.dims), dtype=w.dtype, workload_hash=w.hash,

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from db.records import Status
 from search_spaces.workload import Workload
 
 from autotune.bench.peers import PeerUnavailable   # a builder raises it when its framework is missing
@@ -207,7 +208,8 @@ def run_greedy(w: Workload, seed: int, kind: str, cache_dir: Path, timeout_s: fl
     """One run of the greedy plan in a spawned process: its time, or that it timed out."""
     spec = w.source.removeprefix("builtin:")
     if not spec:
-        return {"status": "skipped", "error": "the workload has no source a subprocess can load"}
+        return {"status": Status.SKIPPED,
+                "error": "the workload has no source a subprocess can load"}
     return run_once_in_subprocess(_greedy_child, (spec, w.dim_dict, seed, kind, str(cache_dir)),
                                   timeout_s, ref, w.rtol, compile_timeout_s)
 
@@ -228,12 +230,12 @@ def run_once_in_subprocess(target, args: tuple, timeout_s: float, ref, rtol: flo
         proc = ctx.Process(target=target, args=(*args, tmp, child), daemon=True)
         proc.start()
         child.close()
-        res: dict = {"status": "failed", "timeout_s": timeout_s}
+        res: dict = {"status": Status.FAILED, "timeout_s": timeout_s}
         try:
             for step, limit in (("build_s", compile_timeout_s), ("time_s", timeout_s)):
                 if not parent.poll(limit):
                     if step == "time_s":
-                        res["status"] = "timed_out"
+                        res["status"] = Status.TIMED_OUT
                     else:
                         res["error"] = f"no compiled plan after {limit:g} s"
                     return res
@@ -245,7 +247,7 @@ def run_once_in_subprocess(target, args: tuple, timeout_s: float, ref, rtol: flo
             with np.load(os.path.join(tmp, "greedy.npz")) as z:
                 err, why = verify({k: z[k] for k in z.files}, ref, rtol)
             res["rel_err"] = err
-            res["status"] = "wrong" if why else "ok"
+            res["status"] = Status.WRONG if why else Status.OK
             if why:
                 res["error"] = why
             return res

@@ -3,6 +3,8 @@
 ratios to XLA and to the floor."""
 from __future__ import annotations
 
+from db.records import Status
+
 from autotune.bench.result import LABELS, ORDER, BenchResult
 from autotune.report.units import fmt_s
 
@@ -37,14 +39,14 @@ def format_table(result) -> str:
             mn = fmt_s(c["min_s"]) if len(c["times_s"]) > 1 else "-"
             lines.append(f"{label:<25} {fmt_s(c['median_s']):>10} {mn:>10} {rx:>7} {rf:>8} "
                          f"{pred:>10}  {note}")
-        elif c["status"] == "timed_out":
+        elif c["status"] == Status.TIMED_OUT:
             t = c.get("detail", {}).get("timeout_s")
             med = "> " + fmt_s(t) if t else "-"
             lines.append(f"{label:<25} {med:>10} {'-':>10} {'-':>7} {'-':>8} {pred:>10}  "
                          f"{c.get('note', 'timed out')}")
         else:
-            why = {"wrong": "WRONG, not timed", "skipped": "skipped", "failed": "FAILED"}.get(
-                c["status"], c["status"])
+            why = {Status.WRONG: "WRONG, not timed", Status.SKIPPED: "skipped",
+                   Status.FAILED: "FAILED"}.get(c["status"], c["status"])
             lines.append(f"{label:<25} {'-':>10} {'-':>10} {'-':>7} {'-':>8} {pred:>10}  "
                          f"{why}: {c.get('error', '')}")
     cal = {True: "calibrated", False: "NOT calibrated: run `autotune calibrate`",

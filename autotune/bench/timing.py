@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import time
 
+from db.records import Status
 from search_spaces.workload import Workload
 
 from autotune.backends.base import verify
@@ -32,17 +33,17 @@ def check_outputs(w: Workload, runners: dict, rows: dict, ref, say) -> None:
             del outs
             r.call()                            # one more untimed warm-up run
         except Exception as e:
-            info.update(status="failed", error=first_line(e))
+            info.update(status=Status.FAILED, error=first_line(e))
             say(f"{name}: FAILED: {info['error']}")
             del runners[name]
             continue
         info["rel_err"] = err
         if why:
-            info.update(status="wrong", error=why)
+            info.update(status=Status.WRONG, error=why)
             say(f"{name}: WRONG ({why}); not timed")
             del runners[name]
             continue
-        info["status"] = "ok"
+        info["status"] = Status.OK
         say(f"{name}: rel err {err:.2g}  (first call {fmt_s(info['first_call_s'])})")
 
 

@@ -61,7 +61,7 @@ def search_cmd(
                        f"see `autotune show-best {workload}`")
     typer.echo(f"{w.name}: {p.done} trials ({p.measured} measured, {p.pruned} pruned, "
                f"{p.failed} failed; {p.new} run by this process); best "
-               f"{result.best['measured_s']:.4g} s, plan key {result.key.key[:16]}")
+               f"{result.best.measured_s:.4g} s, plan key {result.key.key[:16]}")
 
 
 @handled

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 from db.keys import PlanKey, stale_reasons
+from db.records import Status
 from db.store import PlanDB
 from search_spaces.candidate import Candidate
 
@@ -15,15 +16,15 @@ def _named_times(db: PlanDB, plan_key: str) -> tuple[dict[str, float], dict[str,
     the predicted time of those never measured (pruned: greedy at full size, typically)."""
     measured: dict[str, float] = {}
     predicted: dict[str, float] = {}
-    for row in db.trials(plan_key):
-        name = json.loads(row["candidate_json"]).get("name", "")
+    for t in db.trials(plan_key):
+        name = t.name
         if not name:
             continue
-        if row["status"] == "ok":
-            if name not in measured or row["measured_s"] < measured[name]:
-                measured[name] = row["measured_s"]
-        elif row["predicted_s"] is not None:
-            predicted[name] = row["predicted_s"]
+        if t.status == Status.OK:
+            if name not in measured or t.measured_s < measured[name]:
+                measured[name] = t.measured_s
+        elif t.predicted_s is not None:
+            predicted[name] = t.predicted_s
     return measured, {k: v for k, v in predicted.items() if k not in measured}
 
 
@@ -45,24 +46,23 @@ def best_report(db: PlanDB, workload_hash: str | None = None) -> list[dict]:
         current = None
         cpu = detect("cpu")
         out = []
-        for r in rows:
-            key = PlanKey.from_row(r)
-            device = json.loads(r["device_json"])
+        for b in rows:
+            device = json.loads(b.key.device_json)
             if device.get("kind") == "cpu":
-                current = PlanKey.for_env(r["workload_hash"], cpu)
-            reasons = stale_reasons(r, current) if current else []
-            named, named_pred = _named_times(db, r["plan_key"])
-            wl = db.workload(r["workload_hash"]) or {}
+                current = PlanKey.for_env(b.key.workload_hash, cpu)
+            reasons = stale_reasons(b.key.parts(), current) if current else []
+            named, named_pred = _named_times(db, b.plan_key)
+            wl = db.workload(b.key.workload_hash) or {}
             dims = json.loads(wl.get("canonical_json", "{}")).get("dims", {})
-            cand = Candidate.from_json(r["candidate_json"])
+            cand = b.to_candidate()
             out.append({
-                "workload": r["workload_name"], "dims": dims, "plan_key": key.key,
-                "device": device.get("name", ""), "measured_s": r["measured_s"],
-                "predicted_s": r["predicted_s"], "study": r["study"],
-                "trial_number": r["trial_number"], "updated": r["updated"],
-                "speedup": {n: t / r["measured_s"] for n, t in named.items()},
+                "workload": b.workload_name, "dims": dims, "plan_key": b.key.key,
+                "device": device.get("name", ""), "measured_s": b.measured_s,
+                "predicted_s": b.predicted_s, "study": b.study,
+                "trial_number": b.trial_number, "updated": b.updated,
+                "speedup": {n: t / b.measured_s for n, t in named.items()},
                 "named_s": named, "named_predicted_s": named_pred,
-                "trials": db.trial_counts(r["plan_key"]),
+                "trials": db.trial_counts(b.plan_key),
                 "stale": ("stale: " + ", ".join(reasons) + " changed") if reasons else "",
                 "plan": plan_summary(cand), "candidate": cand.to_dict()})
         return out

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from db.records import Status, StoredTrial
+
 
 class PlotError(ValueError):
     """Nothing to plot, or matplotlib missing."""
@@ -70,38 +72,31 @@ def _save(fig, path) -> Path:
     return path
 
 
-def _name(row: dict) -> str:
-    try:
-        return json.loads(row["candidate_json"]).get("name", "") or ""
-    except (KeyError, TypeError, ValueError):
-        return ""
-
-
-def _ordered(rows: list[dict]) -> list[dict]:
+def _ordered(rows: list[StoredTrial]) -> list[StoredTrial]:
     """Trials in the order they were run (creation time, then id)."""
-    return sorted(rows, key=lambda r: (r.get("created") or "", r.get("id") or 0))
+    return sorted(rows, key=lambda r: (r.created or "", r.id or 0))
 
 
 # ---- optimization history -----------------------------------------------------------------------
-def history_series(rows: list[dict]) -> dict:
+def history_series(rows: list[StoredTrial]) -> dict:
     """Per trial (1-based): best measured so far, the prediction of that best plan, and each
     trial's own measured / predicted time (None where there is none)."""
     rows = _ordered(rows)
     best_m, best_p = [], []
     bm, bp = math.inf, None
     for r in rows:
-        if r["status"] == "ok" and r["measured_s"] is not None and r["measured_s"] < bm:
-            bm, bp = r["measured_s"], r["predicted_s"]
+        if r.status == Status.OK and r.measured_s is not None and r.measured_s < bm:
+            bm, bp = r.measured_s, r.predicted_s
         best_m.append(bm if bm < math.inf else None)
         best_p.append(bp)
     return {"trial": list(range(1, len(rows) + 1)), "best_measured": best_m,
             "best_predicted": best_p,
-            "measured": [r["measured_s"] if r["status"] == "ok" else None for r in rows],
-            "predicted": [r["predicted_s"] for r in rows],
-            "status": [r["status"] for r in rows], "name": [_name(r) for r in rows]}
+            "measured": [r.measured_s if r.status == Status.OK else None for r in rows],
+            "predicted": [r.predicted_s for r in rows],
+            "status": [str(r.status) for r in rows], "name": [r.name for r in rows]}
 
 
-def plot_history(rows: list[dict], path, title: str = "") -> Path:
+def plot_history(rows: list[StoredTrial], path, title: str = "") -> Path:
     """Best-so-far (measured, and the prediction for that plan) against trial number."""
     if not rows:
         raise PlotError("no trials to plot")
@@ -140,23 +135,24 @@ def plot_history(rows: list[dict], path, title: str = "") -> Path:
 
 
 # ---- predicted vs measured ----------------------------------------------------------------------
-def predicted_measured(rows: list[dict]) -> tuple[np.ndarray, np.ndarray, list[str]]:
+def predicted_measured(rows: list[StoredTrial]) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """(predicted, measured, names) of the measured trials that have both, one per candidate."""
     seen: dict[str, tuple[float, float, str]] = {}
     for r in _ordered(rows):
-        if r["status"] != "ok" or r["measured_s"] is None or r["predicted_s"] is None:
+        if r.status != Status.OK or r.measured_s is None or r.predicted_s is None:
             continue
-        if not (math.isfinite(r["predicted_s"]) and r["predicted_s"] > 0):
+        if not (math.isfinite(r.predicted_s) and r.predicted_s > 0):
             continue
-        key = r["candidate_json"]
-        if key not in seen or r["measured_s"] < seen[key][1]:
-            seen[key] = (r["predicted_s"], r["measured_s"], _name(r))
+        key = json.dumps(r.candidate, sort_keys=True)     # one point per distinct candidate
+        if key not in seen or r.measured_s < seen[key][1]:
+            seen[key] = (r.predicted_s, r.measured_s, r.name)
     vals = list(seen.values())
     return (np.array([v[0] for v in vals]), np.array([v[1] for v in vals]),
             [v[2] for v in vals])
 
 
-def plot_predicted_vs_measured(rows: list[dict], path, title: str = "") -> tuple[Path, float]:
+def plot_predicted_vs_measured(rows: list[StoredTrial], path, title: str = ""
+                               ) -> tuple[Path, float]:
     """Log-log scatter with the y = x line and Spearman's rho; returns (path, rho)."""
     pred, meas, names = predicted_measured(rows)
     if len(pred) == 0:
@@ -195,7 +191,8 @@ def plot_bench(result, path) -> Path:
     d = result.to_dict() if isinstance(result, BenchResult) else result
     rows = [d["contenders"][n] for n in ORDER if n in d["contenders"]]
     timed = [c for c in rows if c.get("median_s") is not None]
-    late = [c for c in rows if c["status"] == "timed_out" and c.get("detail", {}).get("timeout_s")]
+    late = [c for c in rows
+            if c["status"] == Status.TIMED_OUT and c.get("detail", {}).get("timeout_s")]
     if not timed and not late:
         raise PlotError("no contender was timed")
     fl = d.get("floor", {}).get("floor_s")
@@ -242,7 +239,7 @@ def plot_bench(result, path) -> Path:
 
 
 # ---- everything for one workload ----------------------------------------------------------------
-def key_trials(w, device: str = "cpu", db=None) -> tuple[str, list[dict]]:
+def key_trials(w, device: str = "cpu", db=None) -> tuple[str, list[StoredTrial]]:
     """(plan key, trials) of ``w`` on this device with the current library versions."""
     from db.keys import PlanKey
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import optuna
 
 from db.keys import PlanKey
+from db.records import BestPlan
 
 SAMPLERS = ("tpe", "random", "gp", "cmaes")
 
@@ -46,11 +47,11 @@ class Progress:
 
 @dataclass
 class SearchResult:
-    """What a search returns: its key and study, the counts, and the best plan's DB row."""
+    """What a search returns: its key and study, the counts, and the best plan stored."""
     key: PlanKey
     study: str
     progress: Progress
-    best: dict | None = field(default=None)
+    best: BestPlan | None = field(default=None)
 
 
 def make_sampler(name: str, seed: int, shared: bool = False) -> optuna.samplers.BaseSampler:

@@ -21,12 +21,13 @@ from optuna.trial import TrialState, create_trial
 
 from costmodel.devices import DeviceSpec
 from db.keys import PlanKey
+from db.records import Status
 from db.store import PlanDB
 from search_spaces.space import SearchSpace
 from search_spaces.workload import Workload
 
 from autotune.search.config import Progress, SearchConfig, SearchResult, make_sampler
-from autotune.search.state import SearchState, record_trial
+from autotune.search.state import SearchState
 
 
 def _distributions(params: dict, options: dict) -> dict:
@@ -54,14 +55,14 @@ def search(w: Workload, space: SearchSpace, backend, db: PlanDB, key: PlanKey, d
     study = optuna.create_study(direction="minimize", sampler=make_sampler(config.sampler,
                                                                           config.seed))
     # ---- replay what an earlier run of this search finished --------------------------------
-    for row in db.trials(key.key, study_name):
-        params, opts = s.absorb(row)
-        if params and all(k in opts for k in params):
-            state = {"ok": TrialState.COMPLETE, "failed": TrialState.FAIL}.get(
-                row["status"], TrialState.PRUNED)
+    for t in db.trials(key.key, study_name):
+        s.absorb(t)
+        if t.params and all(k in t.options for k in t.params):
+            state = {Status.OK: TrialState.COMPLETE, Status.FAILED: TrialState.FAIL}.get(
+                t.status, TrialState.PRUNED)
             study.add_trial(create_trial(
-                params=params, distributions=_distributions(params, opts), state=state,
-                value=row["measured_s"] if state == TrialState.COMPLETE else None))
+                params=t.params, distributions=_distributions(t.params, t.options), state=state,
+                value=t.measured_s if state == TrialState.COMPLETE else None))
     prog = s.prog
     if on_trial and prog.done:
         on_trial(prog)
@@ -80,9 +81,9 @@ def search(w: Workload, space: SearchSpace, backend, db: PlanDB, key: PlanKey, d
             if nb is not None:
                 study.enqueue_trial(nb)
         trial = study.ask()
-        r = s.evaluate(trial)
-        record_trial(db, key, study_name, trial, r)
-        s.finish(study, trial, r, on_trial)
+        outcome = s.evaluate(trial)
+        db.append_trial(key, study_name, outcome)
+        s.finish(study, trial, outcome, on_trial)
     return SearchResult(key, study_name, prog, db.best(key.key))
 
 

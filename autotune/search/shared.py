@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 from db.keys import PlanKey
 from db.store import PlanDB
 
-from autotune.search.state import SearchState, record_trial
+from autotune.search.state import SearchState
 from autotune.search.config import Progress, SearchResult, make_sampler
 from autotune.search.storage import open_storage, shared_study_name
 
@@ -80,10 +80,10 @@ def search_shared(s: SearchState, db: PlanDB, key: PlanKey, on_trial) -> SearchR
     rows_seen: set[int] = set()
     rng = np.random.default_rng(seed)
     while True:
-        for row in db.trials(key.key, name):        # what other workers sharing the DB did
-            if row["number"] not in rows_seen:
-                rows_seen.add(row["number"])
-                s.absorb(row)
+        for t in db.trials(key.key, name):          # what other workers sharing the DB did
+            if t.number not in rows_seen:
+                rows_seen.add(t.number)
+                s.absorb(t)
         claimed = _claim(study, storage, study_id)
         if claimed is None:
             break
@@ -94,10 +94,10 @@ def search_shared(s: SearchState, db: PlanDB, key: PlanKey, on_trial) -> SearchR
             if nb is not None:     # how enqueue_trial fixes a trial's parameters
                 storage.set_trial_system_attr(tid, "fixed_params", nb)
         trial = optuna.Trial(study, tid)
-        r = s.evaluate(trial)
-        record_trial(db, key, name, trial, r, number=trial.number)
+        outcome = s.evaluate(trial)
+        db.add_trial(key, name, trial.number, outcome)
         rows_seen.add(trial.number)
-        s.finish(study, trial, r, None)
+        s.finish(study, trial, outcome, None)
         _shared_progress(s.prog, study)
         if on_trial:
             on_trial(s.prog)

@@ -1,16 +1,15 @@
 """The state of one search in this process: what was measured and predicted, the best so far,
-and how one Optuna trial is evaluated (build, predict, prune or measure) and recorded."""
+and how one Optuna trial is evaluated (build, predict, prune or measure) into the
+:class:`~db.records.TrialOutcome` the loops write to the plan database."""
 from __future__ import annotations
 
-import json
 import math
 
 from optuna.trial import TrialState
 
 from costmodel import estimate
 from costmodel.model import memory_bytes
-from db.keys import PlanKey
-from db.store import PlanDB
+from db.records import Status, StoredTrial, TrialOutcome
 from search_spaces.candidate import Candidate
 from search_spaces.plans import named_plan
 from search_spaces.space import params_of
@@ -33,45 +32,41 @@ class SearchState:
         self.memory_available = memory_available
         self.threads = backend.kind.memory_threads(dev)   # copies of the tile buffers
         self.prog = Progress()
-        self.measured: dict[str, tuple[str, float | None]] = {}   # cand key -> (status, median)
+        self.measured: dict[str, tuple[Status, float | None]] = {}  # cand key -> (status, median)
         self.predicted: dict[str, float] = {}
         self.best_pred: float | None = None
         self.options: dict[str, list] = {}
         self.incumbent: dict = {}                                  # params of the best so far
 
-    def note(self, status: str, cand: Candidate, pred: float, median: float | None) -> None:
+    def note(self, status: Status, cand: Candidate, pred: float, median: float | None) -> None:
         prog = self.prog
         prog.done += 1
-        if status == "ok":
+        if status == Status.OK:
             prog.measured += 1
             if prog.best_s is None or median < prog.best_s:
                 prog.best_s, prog.best_name, self.best_pred = median, cand.name or cand.key, pred
-        elif status == "pruned":
+        elif status == Status.PRUNED:
             prog.pruned += 1
         else:
             prog.failed += 1
 
-    def absorb(self, row: dict) -> tuple[dict, dict]:
-        """Learn from a trial row of the plan DB; returns its (params, options)."""
-        cand = Candidate.from_json(row["candidate_json"])
-        params = json.loads(row.get("params_json") or "{}")
-        opts = json.loads(row.get("options_json") or "{}")
-        self.options.update(opts)
-        pred = row["predicted_s"] or math.inf
+    def absorb(self, t: StoredTrial) -> None:
+        """Learn from a trial stored in the plan DB (an earlier run's, another worker's)."""
+        cand = t.to_candidate()
+        self.options.update(t.options)
+        pred = t.predicted_s or math.inf
         self.predicted[cand.key] = pred
-        if row["status"] != "pruned":
-            self.measured[cand.key] = (row["status"], row["measured_s"])
-        if row["status"] == "ok" and params and row["measured_s"] <= (self.prog.best_s
-                                                                       or math.inf):
-            self.incumbent = params
-        self.note(row["status"], cand, pred, row["measured_s"])
-        return params, opts
+        if t.status != Status.PRUNED:
+            self.measured[cand.key] = (t.status, t.measured_s)
+        if t.status == Status.OK and t.params and t.measured_s <= (self.prog.best_s or math.inf):
+            self.incumbent = t.params
+        self.note(t.status, cand, pred, t.measured_s)
 
     def neighbour(self, rng) -> dict | None:
         return neighbour(self.w, self.space, self.dev, self.incumbent, rng,
                          set(self.measured) | set(self.predicted))
 
-    def evaluate(self, trial) -> dict:
+    def evaluate(self, trial) -> TrialOutcome:
         """Build the trial's candidate; prune it, refuse it for memory, or measure it."""
         config = self.config
         asked: dict[str, list] = {}
@@ -84,16 +79,16 @@ class SearchState:
         self.options.update(asked)
         pred = estimate(self.w, cand, self.dev).total_s
         self.predicted[cand.key] = pred
-        times, rel_err = None, None
+        times, rel_err = (), None
         if cand.key in self.measured:                 # already measured: reuse, don't rerun
             status, median = self.measured[cand.key]
             error = "same candidate as an earlier trial"
         elif self.best_pred is not None and pred > config.prune_factor * self.best_pred:
-            status, median = "pruned", None
+            status, median = Status.PRUNED, None
             error = f"predicted {pred:.3g} s > {config.prune_factor:g} x {self.best_pred:.3g} s"
         elif (avail := self.memory_available() if self.memory_available else None) is not None \
                 and (need := memory_bytes(self.w, cand, self.threads)) > avail:
-            status, median, error = "failed", None, memory_error(need, avail)
+            status, median, error = Status.FAILED, None, memory_error(need, avail)
             self.measured[cand.key] = (status, median)
         else:
             limit = max(config.min_timeout_s, config.timeout_factor * (self.prog.best_s or 0)) \
@@ -103,21 +98,22 @@ class SearchState:
             status, median, error = m.status, m.median_s, m.error
             times, rel_err = m.times, m.rel_err
             self.measured[cand.key] = (status, median)
-        return {"cand": cand, "pred": pred, "status": status, "median": median,
-                "error": error or None, "asked": asked, "times": times, "rel_err": rel_err}
+        return TrialOutcome(candidate=cand, status=status, predicted_s=pred, measured_s=median,
+                            error=error or None, params=dict(trial.params), options=asked,
+                            times=times, rel_err=rel_err)
 
-    def finish(self, study, trial, r: dict, on_trial) -> None:
+    def finish(self, study, trial, o: TrialOutcome, on_trial) -> None:
         """Tell Optuna the outcome, update the incumbent and the counts."""
-        status, median, cand = r["status"], r["median"], r["cand"]
-        if status == "ok":
+        status, median, cand = o.status, o.measured_s, o.candidate
+        if status == Status.OK:
             study.tell(trial, median)
-        elif status == "pruned":
+        elif status == Status.PRUNED:
             study.tell(trial, state=TrialState.PRUNED)
         else:
             study.tell(trial, state=TrialState.FAIL)
-        if status == "ok" and median <= (self.prog.best_s or math.inf):
-            self.incumbent = dict(trial.params)
-        self.note(status, cand, r["pred"], median)
+        if status == Status.OK and median <= (self.prog.best_s or math.inf):
+            self.incumbent = dict(o.params)
+        self.note(status, cand, o.predicted_s, median)
         self.prog.new += 1
         self.prog.last = f"{cand.name or cand.key}: {status}" + (
             f" {median:.4g} s" if median else "")
@@ -134,15 +130,3 @@ class SearchState:
             if params is not None:
                 out.append((params, cand.name))
         return out
-
-
-def record_trial(db: PlanDB, key: PlanKey, study_name: str, trial, r: dict,
-            number: int | None = None) -> None:
-    args = (r["cand"].to_json(), r["status"], r["pred"], r["median"], r["error"])
-    kw = dict(params_json=json.dumps(trial.params, sort_keys=True),
-              options_json=json.dumps(r["asked"], sort_keys=True),
-              times=r["times"], rel_err=r["rel_err"])
-    if number is None:
-        db.append_trial(key, study_name, *args, **kw)
-    else:
-        db.add_trial(key, study_name, number, *args, **kw)

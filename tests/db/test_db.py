@@ -18,10 +18,20 @@ from autotune.environment import Environment, NoGPUError, detect, detect_cpu
 from search_spaces.space import SPACE_VERSION
 from db import (MIGRATIONS, SCHEMA_VERSION, DBError, PlanDB, PlanKey,
                 check_file, default_db_path)
+from db.records import Status, TrialOutcome as T
+from search_spaces.candidate import Candidate
 
 ENV = Environment(kind="cpu", name="Test CPU 9000", cores=2,
                   libraries=(("autotune", "0.1.0"), ("cc", "cc 12"), ("numpy", "2.0"),
                              ("optuna", "5.0"), ("python", "3.11.7")))
+
+
+def C(label: str) -> Candidate:
+    """A stand-in candidate told apart by its label: the database stores any candidate."""
+    return Candidate((), (), (), name=label)
+
+
+OK, FAILED, PRUNED = Status.OK, Status.FAILED, Status.PRUNED
 
 
 def key(workload="w0", env=ENV) -> PlanKey:
@@ -37,7 +47,7 @@ def make_db(path, n=0) -> PlanKey:
     with PlanDB(path) as pdb:
         pdb.add_workload("w0", "demo", "{}")
         for i in range(n):
-            pdb.add_trial(k, "s", i, '{"pad": "%s"}' % ("x" * 400), "ok", 1.0, 1.0 + i)
+            pdb.add_trial(k, "s", i, T(C("x" * 400), OK, 1.0, 1.0 + i))
     return k
 
 
@@ -86,22 +96,22 @@ def test_keep_best(tmp_path):
     with PlanDB(tmp_path / "p.sqlite") as pdb:
         pdb.add_workload("w0", "demo", "{}")
         assert pdb.best(k.key) is None
-        pdb.add_trial(k, "s", 0, '"a"', "failed", 1.0, 0.001, "wrong output")
-        pdb.add_trial(k, "s", 1, '"b"', "pruned", 9.0)
+        pdb.add_trial(k, "s", 0, T(C("a"), FAILED, 1.0, 0.001, "wrong output"))
+        pdb.add_trial(k, "s", 1, T(C("b"), PRUNED, 9.0))
         assert pdb.best(k.key) is None  # failed/pruned never become best
-        pdb.add_trial(k, "s", 2, '"c"', "ok", 1.0, 2.0)
-        pdb.add_trial(k, "s", 3, '"d"', "ok", 1.0, 3.0)   # slower: kept out
-        pdb.add_trial(k, "s", 4, '"e"', "ok", 1.0, 2.0)   # a tie does not replace
-        assert pdb.best(k.key)["candidate_json"] == '"c"'
-        pdb.add_trial(k, "t", 0, '"f"', "ok", 0.5, 1.5)   # faster, other study: replaces
+        pdb.add_trial(k, "s", 2, T(C("c"), OK, 1.0, 2.0))
+        pdb.add_trial(k, "s", 3, T(C("d"), OK, 1.0, 3.0))   # slower: kept out
+        pdb.add_trial(k, "s", 4, T(C("e"), OK, 1.0, 2.0))   # a tie does not replace
+        assert pdb.best(k.key).to_candidate() == C("c")
+        pdb.add_trial(k, "t", 0, T(C("f"), OK, 0.5, 1.5))   # faster, other study: replaces
         best = pdb.best(k.key)
-        assert (best["candidate_json"], best["study"], best["trial_number"]) == ('"f"', "t", 0)
-        assert best["workload_name"] == "demo" and best["measured_s"] == 1.5
-        assert pdb.trials(k.key, "s")[0]["measured_s"] is None  # failed: no time kept
+        assert (best.to_candidate(), best.study, best.trial_number) == (C("f"), "t", 0)
+        assert best.workload_name == "demo" and best.measured_s == 1.5
+        assert pdb.trials(k.key, "s")[0].measured_s is None  # failed: no time kept
         assert pdb.trial_counts(k.key) == {"ok": 4, "failed": 1, "pruned": 1}
-        assert [r["plan_key"] for r in pdb.best_rows("w0")] == [k.key]
+        assert [r.plan_key for r in pdb.best_rows("w0")] == [k.key]
         with pytest.raises(ValueError):
-            pdb.add_trial(k, "s", 9, '"g"', "ok", 1.0, float("nan"))
+            pdb.add_trial(k, "s", 9, T(C("g"), OK, 1.0, float("nan")))
         assert pdb.check() == []
 
 
@@ -109,14 +119,14 @@ def test_add_trial_is_idempotent_and_next_number(tmp_path):
     k = key()
     with PlanDB(tmp_path / "p.sqlite") as pdb:
         assert pdb.next_number(k.key, "s") == 0
-        assert pdb.add_trial(k, "s", 0, '"a"', "ok", 1.0, 2.0) is True
-        assert pdb.add_trial(k, "s", 0, '"other"', "ok", 1.0, 0.1) is False
-        assert [t["candidate_json"] for t in pdb.trials(k.key)] == ['"a"']
-        assert pdb.best(k.key)["measured_s"] == 2.0
-        pdb.add_trial(k, "s", 5, '"b"', "failed", error="boom")
+        assert pdb.add_trial(k, "s", 0, T(C("a"), OK, 1.0, 2.0)) is True
+        assert pdb.add_trial(k, "s", 0, T(C("other"), OK, 1.0, 0.1)) is False
+        assert [t.to_candidate() for t in pdb.trials(k.key)] == [C("a")]
+        assert pdb.best(k.key).measured_s == 2.0
+        pdb.add_trial(k, "s", 5, T(C("b"), FAILED, error="boom"))
         assert pdb.next_number(k.key, "s") == 6 and pdb.next_number(k.key, "new") == 0
-        assert pdb.append_trial(k, "s", '"c"', "pruned", 3.0) == 6
-        assert [t["number"] for t in pdb.trials(k.key, "s")] == [0, 5, 6]
+        assert pdb.append_trial(k, "s", T(C("c"), PRUNED, 3.0)) == 6
+        assert [t.number for t in pdb.trials(k.key, "s")] == [0, 5, 6]
 
 
 def test_check_finds_an_inconsistent_best(tmp_path):
@@ -132,9 +142,9 @@ def test_stale_rows_and_prune(tmp_path):
         **ENV.library_dict(), "optuna": "4.0"}})
     old, cur = key(env=old_env), key()
     with PlanDB(tmp_path / "p.sqlite") as pdb:
-        pdb.add_trial(old, "s", 0, '"a"', "ok", 1.0, 1.0)
-        pdb.add_trial(old, "s", 1, '"b"', "failed", error="x")
-        pdb.add_trial(cur, "s", 0, '"a"', "ok", 1.0, 2.0)
+        pdb.add_trial(old, "s", 0, T(C("a"), OK, 1.0, 1.0))
+        pdb.add_trial(old, "s", 1, T(C("b"), FAILED, error="x"))
+        pdb.add_trial(cur, "s", 0, T(C("a"), OK, 1.0, 2.0))
         stale = pdb.stale_rows(cur)
         assert [(r["plan_key"], r["reasons"], r["trials"], r["has_best"]) for r in stale] \
             == [(old.key, ["library versions"], 2, True)]
@@ -238,12 +248,12 @@ def _writer(path: str, i: int, n: int, shared_study: bool) -> None:
     rng = random.Random(i)
     with PlanDB(path) as pdb:
         for j in range(n):
-            status = "ok" if j % 5 else rng.choice(["failed", "pruned"])
-            t = rng.uniform(0.01, 10.0) if status == "ok" else None
+            status = OK if j % 5 else rng.choice([FAILED, PRUNED])
+            t = rng.uniform(0.01, 10.0) if status == OK else None
             if shared_study:
-                pdb.append_trial(k, "shared", f'"{i}-{j}"', status, 1.0, t)
+                pdb.append_trial(k, "shared", T(C(f"{i}-{j}"), status, 1.0, t))
             else:
-                pdb.add_trial(k, f"p{i}", j, f'"{i}-{j}"', status, 1.0, t)
+                pdb.add_trial(k, f"p{i}", j, T(C(f"{i}-{j}"), status, 1.0, t))
 
 
 @pytest.mark.parametrize("shared_study", [False, True])
@@ -260,11 +270,11 @@ def test_concurrent_writers_lose_nothing(tmp_path, shared_study):
     with PlanDB(path) as pdb:
         trials = pdb.trials(k.key)
         assert len(trials) == 200
-        assert len({t["candidate_json"] for t in trials}) == 200
+        assert len({t.name for t in trials}) == 200
         if shared_study:
-            assert sorted(t["number"] for t in trials) == list(range(200))
-        best_t = min(t["measured_s"] for t in trials if t["status"] == "ok")
-        assert pdb.best(k.key)["measured_s"] == best_t
+            assert sorted(t.number for t in trials) == list(range(200))
+        best_t = min(t.measured_s for t in trials if t.status == OK)
+        assert pdb.best(k.key).measured_s == best_t
         assert pdb.check() == []
 
 
@@ -285,15 +295,17 @@ def test_default_db_path(tmp_path, monkeypatch):
 def test_trials_keep_times_and_rel_err(tmp_path):
     k = key()
     with PlanDB(tmp_path / "p.sqlite") as pdb:
-        pdb.add_trial(k, "s", 0, '"a"', "ok", 1.0, 2.0, times=(2.1, 2.0, 1.9), rel_err=3e-7)
-        pdb.add_trial(k, "s", 1, '"b"', "failed", 1.0, error="wrong", rel_err=float("inf"))
-        n = pdb.append_trial(k, "s", '"c"', "ok", 1.0, 1.0, times=[1.0], rel_err=0.0)
-        pdb.append_trial(k, "s", '"d"', "pruned", 9.0)
+        pdb.add_trial(k, "s", 0, T(C("a"), OK, 1.0, 2.0, times=(2.1, 2.0, 1.9), rel_err=3e-7))
+        pdb.add_trial(k, "s", 1, T(C("b"), FAILED, 1.0, error="wrong", rel_err=float("inf")))
+        n = pdb.append_trial(k, "s", T(C("c"), OK, 1.0, 1.0, times=[1.0], rel_err=0.0))
+        pdb.append_trial(k, "s", T(C("d"), PRUNED, 9.0))
         rows = pdb.trials(k.key, "s")
+        stored = pdb.db.execute("SELECT times_json FROM trials ORDER BY number").fetchall()
     assert n == 2
-    assert [json.loads(r["times_json"]) if r["times_json"] else None for r in rows] == \
+    assert [r.times for r in rows] == [(2.1, 2.0, 1.9), (), (1.0,), ()]
+    assert [json.loads(r[0]) if r[0] else None for r in stored] == \
         [[2.1, 2.0, 1.9], None, [1.0], None]
-    assert [r["rel_err"] for r in rows] == [3e-7, float("inf"), 0.0, None]
+    assert [r.rel_err for r in rows] == [3e-7, float("inf"), 0.0, None]
 
 
 def _content(path) -> dict:
@@ -345,23 +357,22 @@ def test_schema1_database_is_migrated(tmp_path, source):
         cur, old = PlanKey.for_env("w0", FENV), PlanKey.for_env("w0", OLD_ENV)
         assert cur.schema_version == SCHEMA_VERSION == 2
         best = pdb.best(cur.key)           # found under today's key
-        assert (best["candidate_json"], best["measured_s"], best["trial_number"]) == \
-            ('{"name": ""}', 1.5, 3)
-        assert pdb.best(old.key)["measured_s"] == 1.0
+        assert (best.candidate, best.measured_s, best.trial_number) == ({"name": ""}, 1.5, 3)
+        assert pdb.best(old.key).measured_s == 1.0
         assert pdb.best(key_v1(FENV).key) is None          # nothing left under the old keys
         rows = pdb.trials(cur.key, "tpe-seed0")
-        assert [r["status"] for r in rows] == ["ok", "failed", "pruned", "ok"]
-        assert all(r["times_json"] is None and r["rel_err"] is None for r in rows)
-        assert {r["schema_version"] for r in rows} == {2}
+        assert [r.status for r in rows] == ["ok", "failed", "pruned", "ok"]
+        assert all(r.times == () and r.rel_err is None for r in rows)
+        assert {r.key.schema_version for r in rows} == {2}
         assert pdb.trial_counts(cur.key) == {"ok": 2, "failed": 1, "pruned": 1}
         assert pdb.stale_rows(cur)[0]["reasons"] == ["library versions"]
         assert pdb.check() == []
         # the migrated database takes new trials with the new columns
-        pdb.add_trial(cur, "tpe-seed0", 4, '"e"', "ok", 0.2, 1.2, times=[1.2], rel_err=1e-6)
-        assert pdb.best(cur.key)["measured_s"] == 1.2
+        pdb.add_trial(cur, "tpe-seed0", 4, T(C("e"), OK, 0.2, 1.2, times=[1.2], rel_err=1e-6))
+        assert pdb.best(cur.key).measured_s == 1.2
     after = _content(p)
     assert after["workloads"] == before["workloads"]
-    assert [r for r in after["trials"] if r[6] != '"e"'] == before["trials"]
+    assert [r for r in after["trials"] if r[6] != C("e").to_json()] == before["trials"]
     assert _meta_version(p) == str(SCHEMA_VERSION)
     assert check_file(p) == []
     with PlanDB(p) as pdb:
@@ -480,8 +491,8 @@ def test_cli_cache_prune_deletes_stale_rows(tmp_path):
     p = tmp_path / "p.sqlite"
     with PlanDB(p) as pdb:
         for k in (cur, libs, dev):
-            pdb.add_trial(k, "s", 0, '"a"', "ok", 1.0, 1.0)
-            pdb.add_trial(k, "s", 1, '"b"', "failed", error="x")
+            pdb.add_trial(k, "s", 0, T(C("a"), OK, 1.0, 1.0))
+            pdb.add_trial(k, "s", 1, T(C("b"), FAILED, error="x"))
 
     def counts():
         with PlanDB(p) as pdb:

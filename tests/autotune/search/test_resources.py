@@ -4,7 +4,6 @@ search refusing one that does not fit without running it, and a worker that runs
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import signal
 
@@ -105,16 +104,16 @@ def test_search_refuses_candidates_that_do_not_fit_without_running_them(tmp_path
                         config=SearchConfig(budget=3, model_pool=20, model_seeds=0))
     with PlanDB(db) as pdb:
         rows = pdb.trials(result.key.key)
-    by_name = {json.loads(r["candidate_json"])["name"]: r for r in rows}
+    by_name = {r.name: r for r in rows}
     un = by_name["unfused"]
-    assert un["status"] == "failed" and un["measured_s"] is None
-    assert un["error"] == memory_error(memory_bytes(w, named_plan(space, "unfused"),
-                                                    result_threads(w)), limit)
-    assert un["times_json"] is None                     # never run
+    assert un.status == "failed" and un.measured_s is None
+    assert un.error == memory_error(memory_bytes(w, named_plan(space, "unfused"),
+                                                 result_threads(w)), limit)
+    assert un.times == ()                               # never run
     heur = by_name["heuristic"]
-    assert heur["status"] == "ok", heur["error"]      # fits: measured, times kept
-    assert json.loads(heur["times_json"]) and heur["rel_err"] <= w.rtol
-    assert result.best is not None and result.best["candidate_json"] == heur["candidate_json"]
+    assert heur.status == "ok", heur.error          # fits: measured, times kept
+    assert heur.times and heur.rel_err <= w.rtol
+    assert result.best is not None and result.best.candidate == heur.candidate
 
 
 def result_threads(w) -> int:
@@ -131,8 +130,8 @@ def test_search_with_nothing_fitting_runs_nothing(tmp_path, monkeypatch):
     assert result.progress.failed == 4 and result.best is None
     with PlanDB(db) as pdb:
         rows = pdb.trials(result.key.key)
-    assert all(r["status"] == "failed" and ("GB available" in r["error"] or
-                                            r["error"] == "same candidate as an earlier trial")
+    assert all(r.status == "failed" and ("GB available" in r.error or
+                                         r.error == "same candidate as an earlier trial")
                for r in rows)
     assert not (tmp_path / "refs").exists()           # the worker never even started
     assert not list(tmp_path.glob("kernels/*.so"))    # nor compiled anything

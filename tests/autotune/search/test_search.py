@@ -29,6 +29,7 @@ from autotune.backends.base import MeasureSettings, relative_error
 from autotune.search.config import SearchConfig
 from autotune.search.loop import search
 from db.keys import PlanKey
+from db.records import BestPlan, Status, TrialOutcome
 from db.store import PlanDB
 from search_spaces import load_workload
 from search_spaces.candidate import Candidate
@@ -52,10 +53,6 @@ def cpu_key(w) -> PlanKey:
     return PlanKey.for_env(w.hash, detect("cpu"))
 
 
-def name_of(row: dict) -> str:
-    return json.loads(row["candidate_json"]).get("name", "")
-
-
 def assert_matches_reference(w, fn, seed: int) -> None:
     """``fn`` on fresh random inputs agrees with the float64 reference under w.rtol."""
     inputs = w.random_inputs(seed)
@@ -70,18 +67,17 @@ def assert_matches_reference(w, fn, seed: int) -> None:
         assert err <= w.rtol, f"{name}: relative error {err:.3g} > rtol {w.rtol:g}"
 
 
-def assert_best_is_min_ok(db: PlanDB, key: PlanKey) -> dict:
+def assert_best_is_min_ok(db: PlanDB, key: PlanKey) -> BestPlan:
     rows = db.trials(key.key)
-    ok = [r for r in rows if r["status"] == "ok"]
+    ok = [r for r in rows if r.status == "ok"]
     assert ok
     best = db.best(key.key)
     assert best is not None
-    fastest = min(r["measured_s"] for r in ok)
-    assert best["measured_s"] == fastest
-    winner = next(r for r in ok if r["number"] == best["trial_number"]
-                  and r["study"] == best["study"])
-    assert winner["measured_s"] == fastest
-    assert winner["candidate_json"] == best["candidate_json"]
+    fastest = min(r.measured_s for r in ok)
+    assert best.measured_s == fastest
+    winner = next(r for r in ok if r.number == best.trial_number and r.study == best.study)
+    assert winner.measured_s == fastest
+    assert winner.candidate == best.candidate
     return best
 
 
@@ -106,35 +102,35 @@ def test_search_runs_the_budget_and_records_every_trial(w, lib_search):
     with PlanDB(path) as db:
         rows = db.trials(result.key.key)
         assert len(rows) == 12
-        assert [r["number"] for r in rows] == list(range(12))
-        assert {r["study"] for r in rows} == {result.study}
+        assert [r.number for r in rows] == list(range(12))
+        assert {r.study for r in rows} == {result.study}
         counts = db.trial_counts(result.key.key)
         assert counts == {"ok": p.measured, "failed": p.failed, "pruned": p.pruned}
         # the named plans come first, in this order; none fails on the CPU (the cost model may
         # prune heuristic or greedy against a faster measured plan, never the first trial)
-        assert [name_of(r) for r in rows[:3]] == list(NAMED)
-        assert rows[0]["status"] == "ok", rows[0]["error"]
-        assert all(r["status"] in ("ok", "pruned") for r in rows[:3]), \
-            [r["error"] for r in rows[:3]]
+        assert [r.name for r in rows[:3]] == list(NAMED)
+        assert rows[0].status == "ok", rows[0].error
+        assert all(r.status in ("ok", "pruned") for r in rows[:3]), \
+            [r.error for r in rows[:3]]
         for r in rows:
-            if r["status"] == "pruned":
-                assert r["error"].startswith(f"predicted {r['predicted_s']:.3g} s > 2 x ")
+            if r.status == "pruned":
+                assert r.error.startswith(f"predicted {r.predicted_s:.3g} s > 2 x ")
         for r in rows:
-            assert r["predicted_s"] is not None and r["predicted_s"] > 0
-            if r["status"] == "ok":
-                assert r["measured_s"] > 0 and r["error"] is None
+            assert r.predicted_s is not None and r.predicted_s > 0
+            if r.status == "ok":
+                assert r.measured_s > 0 and r.error is None
             else:
-                assert r["measured_s"] is None and r["error"]
+                assert r.measured_s is None and r.error
         assert db.workload(w.hash)["name"] == "trimul_outgoing"
         best = assert_best_is_min_ok(db, result.key)
         assert result.best == best
-        assert p.best_s == best["measured_s"]
+        assert p.best_s == best.measured_s
         assert db.check() == []
 
 
 def test_best_plan_verifies_on_fresh_inputs(w, lib_search, tmp_path):
     path, result, _ = lib_search
-    cand = Candidate.from_json(result.best["candidate_json"])
+    cand = result.best.to_candidate()
     fn = make_executable(w, cand, "cpu", tmp_path)
     assert_matches_reference(w, fn, seed=12345)         # the search measured with seed 0
     # outputs are fresh arrays: a second call does not overwrite the first one's results
@@ -153,7 +149,7 @@ def test_load_best_returns_the_cached_best(w, lib_search):
     with warnings.catch_warnings():
         warnings.simplefilter("error", NoCachedPlanWarning)
         fn = autotune.load_best(w, device="cpu", db=path)
-    assert fn.cand.key == Candidate.from_json(result.best["candidate_json"]).key
+    assert fn.cand.key == result.best.to_candidate().key
     assert_matches_reference(w, fn, seed=99)
 
 
@@ -163,7 +159,7 @@ def test_load_best_reads_autotune_db_by_default(w, lib_search, monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error", NoCachedPlanWarning)
         fn = autotune.load_best(w)
-    assert fn.cand.key == Candidate.from_json(result.best["candidate_json"]).key
+    assert fn.cand.key == result.best.to_candidate().key
 
 
 def test_load_best_with_empty_db_warns_and_runs_the_heuristic_plan(w, tmp_path):
@@ -190,7 +186,7 @@ def test_load_best_ignores_a_plan_cached_for_other_versions(w, tmp_path, part):
     foreign = Candidate(foreign.fused, foreign.layouts, foreign.schedules, "foreign")
     with PlanDB(path) as db:
         db.add_workload(w.hash, w.name, json.dumps(w.canonical(), sort_keys=True))
-        assert db.add_trial(other, "tpe-seed0", 0, foreign.to_json(), "ok", 1e-3, 1e-9)
+        assert db.add_trial(other, "tpe-seed0", 0, TrialOutcome(foreign, Status.OK, 1e-3, 1e-9))
         assert db.best(other.key) is not None          # it is cached ... under the other key
         assert db.best(current.key) is None
     label = {"libraries_json": "library versions", "device_json": "device",
@@ -253,7 +249,7 @@ def test_cli_search_prints_the_best(w, cli_search):
         best = assert_best_is_min_ok(db, key)
     last = r.stdout.strip().splitlines()[-1]
     assert last.startswith("trimul_outgoing: 6 trials")
-    assert f"best {best['measured_s']:.4g} s" in last
+    assert f"best {best.measured_s:.4g} s" in last
     assert key.key[:16] in last
     assert "Traceback" not in r.output
 
@@ -272,18 +268,18 @@ def test_cli_show_best_json(w, cli_search):
         trials = db.trials(key.key)
     assert row["plan_key"] == key.key
     assert row["workload"] == "trimul_outgoing" and row["dims"] == DIMS
-    assert row["measured_s"] == best["measured_s"]
-    assert row["candidate"] == json.loads(best["candidate_json"])
-    measured = {name_of(t) for t in trials if t["status"] == "ok"} & set(NAMED)
+    assert row["measured_s"] == best.measured_s
+    assert row["candidate"] == best.candidate
+    measured = {t.name for t in trials if t.status == "ok"} & set(NAMED)
     assert "unfused" in measured                        # the first trial: never pruned
     assert set(row["speedup"]) == measured
     for n in measured:
-        t = min(t["measured_s"] for t in trials if name_of(t) == n and t["status"] == "ok")
+        t = min(t.measured_s for t in trials if t.name == n and t.status == "ok")
         assert row["named_s"][n] == t
-        assert row["speedup"][n] == pytest.approx(t / best["measured_s"])
+        assert row["speedup"][n] == pytest.approx(t / best.measured_s)
         assert row["speedup"][n] >= 1.0                # the best is at least as fast as each
     for n in set(NAMED) - measured:                     # pruned by the cost model, not failed
-        assert [t["status"] for t in trials if name_of(t) == n] == ["pruned"]
+        assert [t.status for t in trials if t.name == n] == ["pruned"]
     assert sum(row["trials"].values()) == 6
     assert row["stale"] == ""
 
@@ -374,8 +370,8 @@ def test_killed_search_resumes(w, tmp_path):
         before = db.trials(key.key)
     n = len(before)
     assert 5 <= n < 40, "the kill came too late to test anything"
-    assert [r["number"] for r in before] == list(range(n))
-    assert [name_of(r) for r in before[:3]] == list(NAMED)
+    assert [r.number for r in before] == list(range(n))
+    assert [r.name for r in before[:3]] == list(NAMED)
 
     r = subprocess.run(cmd + [str(n + 3)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        text=True, timeout=150)
@@ -385,10 +381,10 @@ def test_killed_search_resumes(w, tmp_path):
         after = db.trials(key.key)
         assert len(after) == n + 3
         assert after[:n] == before                      # earlier rows untouched
-        assert [r["number"] for r in after] == list(range(n + 3))
-        assert {r["study"] for r in after} == {"tpe-seed0"}
+        assert [r.number for r in after] == list(range(n + 3))
+        assert {r.study for r in after} == {"tpe-seed0"}
         # the named plans were not enqueued (and run) a second time
-        assert [name_of(r) for r in after[n:]] == ["", "", ""]
+        assert [r.name for r in after[n:]] == ["", "", ""]
         assert_best_is_min_ok(db, key)
         assert db.check() == []
 
@@ -413,7 +409,7 @@ def test_failing_candidates_are_recorded_and_the_search_finishes(w, tmp_path):
         best = db.best(key.key)
     took = time.monotonic() - t0
     assert result.progress.done == 8 and len(rows) == 8
-    assert [r["number"] for r in rows] == list(range(8))
+    assert [r.number for r in rows] == list(range(8))
 
     expect = {"crash": "crashed", "hang": "timeout", "wrong": "wrong result",
               "nan": "non-finite"}
@@ -421,29 +417,29 @@ def test_failing_candidates_are_recorded_and_the_search_finishes(w, tmp_path):
     assert nan_key is not None
     fates = {}
     for r in rows:
-        cand = Candidate.from_json(r["candidate_json"])
+        cand = r.to_candidate()
         fate = faulty_plans.behaviour(cand, nan_key)
         fates.setdefault(fate, []).append(r)
-        if r["status"] == "pruned":
+        if r.status == "pruned":
             continue
         if fate == "ok":
-            assert r["status"] == "ok", r["error"]
+            assert r.status == "ok", r.error
         else:
-            assert r["status"] == "failed", (fate, r)
-            assert r["measured_s"] is None
-            assert expect[fate] in r["error"] or r["error"] == \
-                "same candidate as an earlier trial", (fate, r["error"])
+            assert r.status == "failed", (fate, r)
+            assert r.measured_s is None
+            assert expect[fate] in r.error or r.error == \
+                "same candidate as an earlier trial", (fate, r.error)
     for fate in ("crash", "hang", "wrong", "nan"):
         assert fates.get(fate), f"no {fate} candidate among the trials"
-    assert fates["crash"][0]["error"] == "worker crashed (exit code 3)"
-    assert [name_of(r) for r in rows[:3]] == ["unfused", "heuristic", "greedy"]
+    assert fates["crash"][0].error == "worker crashed (exit code 3)"
+    assert [r.name for r in rows[:3]] == ["unfused", "heuristic", "greedy"]
     assert result.progress.failed >= 4
 
     # the best plan is a candidate that behaves, and the min over ok trials
     assert best is not None
-    assert faulty_plans.behaviour(Candidate.from_json(best["candidate_json"]), nan_key) == "ok"
-    failed = {r["candidate_json"] for r in rows if r["status"] == "failed"}
-    assert best["candidate_json"] not in failed
+    assert faulty_plans.behaviour(best.to_candidate(), nan_key) == "ok"
+    failed = [r.candidate for r in rows if r.status == "failed"]
+    assert best.candidate not in failed
     with PlanDB(tmp_path / "p.sqlite") as db:
         assert_best_is_min_ok(db, key)
     # the hang was cut at its timeout (12 s here), not after its 1000 s
