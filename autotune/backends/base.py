@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Protocol
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -41,6 +41,25 @@ class MeasureSettings:
     # runs from 268 to 218 and found the same best.
     give_up_factor: float = 1.15
     contend_factor: float = 1.05
+
+    def timed_runs(self, first: float, run: Callable[[], float], best_s: float | None
+                   ) -> tuple[float, ...]:
+        """Every timed run of a candidate whose checked first run took ``first`` s; ``run()``
+        runs it once more and returns its seconds.  One function for every backend (the
+        worker's and the test fake's), so that their early stops cannot drift apart."""
+        if best_s is not None and first > self.give_up_factor * best_s:
+            return (first,)               # far off the best: one run tells
+        for _ in range(self.warmup):
+            run()
+        # the checked run is a timed sample too (the plan pre-faults its buffers)
+        times = [first]
+        for _ in range(self.repeats - 1):
+            times.append(run())
+            # not in contention for the best after two runs: more repeats only cost time
+            if best_s is not None and len(times) == 2 and \
+                    min(times) > self.contend_factor * best_s:
+                break
+        return tuple(times)
 
 
 class Backend(Protocol):

@@ -116,21 +116,13 @@ def _run(w, plan, inputs, ref, settings: MeasureSettings, best_s) -> Measurement
     if msg:
         return Measurement("failed", rel_err=err, error=msg)
     del outs
-    if best_s is not None and first > settings.give_up_factor * best_s:
-        return Measurement("ok", first, (first,), err)  # far off the best: one run tells
-    for _ in range(settings.warmup):
-        plan(**inputs)
-    # the checked run is a timed sample too (the plan pre-faults its buffers)
-    times = [first]
-    for _ in range(settings.repeats - 1):
+
+    def run() -> float:
         t0 = time.perf_counter()
         plan(**inputs)
-        times.append(time.perf_counter() - t0)
-        # not in contention for the best after two runs: more repeats only cost time
-        if best_s is not None and len(times) == 2 and \
-                min(times) > settings.contend_factor * best_s:
-            break
-    return Measurement("ok", statistics.median(times), tuple(times), err)
+        return time.perf_counter() - t0
+    times = settings.timed_runs(first, run, best_s)
+    return Measurement("ok", statistics.median(times), times, err)
 
 
 def worker_main(conn, spec: WorkerSpec, make_plan_path: str) -> None:
