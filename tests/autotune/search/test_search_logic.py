@@ -19,7 +19,7 @@ from search_spaces.plans import named_plan
 from search_spaces.space import SearchSpace
 
 from tests.support.fake_search import (CHEAP, DEV, NAMED, REUSED, assert_best_is_min_ok,
-                                       best_before, cand_of, fake_key, measured_keys,
+                                       cand_of, fake_key, measured_keys,
                                        name_of, params_of_row, ran, run)
 
 
@@ -156,42 +156,46 @@ def test_every_local_every_th_trial_is_the_models_pick_near_the_incumbent(
 # ---- failures ------------------------------------------------------------------------------
 
 def test_failures_are_recorded_as_failed_and_the_search_finishes(w, space, fresh_db):
-    """heuristic crashes, greedy hangs, the first unnamed candidate computes NaN."""
+    """The fates of tests/support/faulty_plans, scripted: unfused crashes, greedy hangs,
+    heuristic computes a wrong result, the first unnamed candidate NaN."""
     first_unnamed: list[str] = []
+    errors = {"unfused": "worker crashed (exit code 3)",
+              "heuristic": "wrong result in 'out': relative L2 error 0.01 > rtol 0.001"}
 
     def fails(cand):
-        if cand.name == "heuristic":
-            return "worker crashed (exit code 3)"
         if not cand.name and first_unnamed in ([], [cand.key]):
             first_unnamed[:] = [cand.key]
             return "wrong result in 'out': non-finite values > rtol 0.001"
-        return None
+        return errors.get(cand.name)
     backend = FakeBackend(w, DEV, fails=fails, hangs=lambda cand: cand.name == "greedy")
     config = dataclasses.replace(CHEAP, budget=8, min_timeout_s=3)
     result, rows, _ = run(w, space, fresh_db, config, backend)
     assert result.progress.done == 8 and [r["number"] for r in rows] == list(range(8))
     assert [name_of(r) for r in rows[:3]] == list(NAMED)
-    fates = {"heuristic": "worker crashed (exit code 3)", "greedy": "timeout: no result",
+    fates = {"unfused": "worker crashed", "heuristic": "wrong result", "greedy": "timeout",
              "nan": "wrong result in 'out': non-finite"}
     seen_fates = set()
     for r in rows:
         fate = "nan" if cand_of(r).key in first_unnamed else name_of(r)
-        if fate in fates and r["status"] != "pruned":
+        if r["status"] == "pruned":
+            continue
+        if fate in fates:
             seen_fates.add(fate)
             assert r["status"] == "failed" and r["measured_s"] is None, r
             assert r["times_json"] is None
-            assert r["error"].startswith(fates[fate]) or r["error"] == REUSED
-        elif r["status"] != "pruned":
+            assert r["error"].startswith(fates[fate]) or r["error"] == REUSED, r
+        else:
             assert r["status"] == "ok" and r["error"] in (None, REUSED), r
     assert seen_fates == set(fates)
-    assert result.progress.failed == sum(r["status"] == "failed" for r in rows) >= 3
-    # the hang is cut at the search's limit: the repeats' worth of the best so far (unfused),
-    # at least min_timeout_s each, plus min_timeout_s
-    greedy_call = next(c for c in backend.calls if c[0].name == "greedy")
-    s = backend.settings
-    limit = max(3, 10 * rows[0]["measured_s"]) * (2 + s.warmup + s.repeats) + 3
-    assert greedy_call[1:] == (pytest.approx(limit), rows[0]["measured_s"])
-    assert rows[2]["error"] == timeout_error(limit)
+    assert result.progress.failed == sum(r["status"] == "failed" for r in rows) >= 4
+    # a hang is cut at the search's limit: per run the larger of min_timeout_s and
+    # timeout_factor x the best so far, for the checked run, warm-ups, repeats and one more,
+    # plus min_timeout_s
+    runs = 2 + backend.settings.warmup + backend.settings.repeats
+    for _, timeout_s, best_s in backend.calls:
+        assert timeout_s == pytest.approx(max(3, 10 * (best_s or 0)) * runs + 3)
+    assert rows[2]["error"] == timeout_error(3 * runs + 3)     # nothing measured before it
+    assert any(best_s for _, _, best_s in backend.calls)
     keys = measured_keys(backend)
     assert len(keys) == len(set(keys))         # a failed candidate is not measured again
     best = assert_best_is_min_ok(fresh_db, fake_key(w), rows)

@@ -17,9 +17,9 @@ from autotune.search.storage import open_storage, shared_study_name
 from db.store import PlanDB
 from search_spaces.space import SearchSpace
 
-from tests.support.fake_search import (CHEAP, DEV, NAMED, REUSED, assert_best_is_min_ok,
+from tests.support.fake_search import (CHEAP, DEV, NAMED, assert_best_is_min_ok,
                                        best_before, cand_of, fake_key, measured_keys,
-                                       name_of, ran, run)
+                                       name_of, params_of_row, ran, run)
 
 COLUMNS = ("number", "study", "candidate_json", "status", "predicted_s", "measured_s", "error",
            "params_json", "options_json", "times_json", "rel_err")
@@ -41,7 +41,14 @@ def same_trials(a: list[dict], b: list[dict]) -> bool:
 
 # ---- resume ----------------------------------------------------------------------------------
 
-def test_a_larger_budget_runs_only_the_missing_trials(w, space, fresh_db):
+STATES = {"ok": TrialState.COMPLETE, "failed": TrialState.FAIL, "pruned": TrialState.PRUNED}
+
+
+def test_a_larger_budget_runs_only_the_missing_trials(w, space, fresh_db, monkeypatch):
+    studies = []
+    create_study = optuna.create_study
+    monkeypatch.setattr(optuna, "create_study",
+                        lambda **kw: studies.append(create_study(**kw)) or studies[-1])
     config = dataclasses.replace(CHEAP, budget=8, local_every=3)
     first, before, a = run(w, space, fresh_db, config)
     assert first.progress.new == 8
@@ -53,6 +60,12 @@ def test_a_larger_budget_runs_only_the_missing_trials(w, space, fresh_db):
     # a larger budget: the replayed trials stay, five more run
     more, after, c = run(w, space, fresh_db, dataclasses.replace(config, budget=13))
     assert more.progress.done == 13 and more.progress.new == 5
+    # the sampler was told every replayed trial, with its outcome, before the new ones
+    told = studies[-1].get_trials(deepcopy=False)
+    assert len(told) == 13
+    for t, r in zip(told, before):
+        assert t.state == STATES[r["status"]] and t.params == params_of_row(r)
+        assert t.value == (r["measured_s"] if r["status"] == "ok" else None)
     assert same_trials(after[:8], before) and [r["number"] for r in after] == list(range(13))
     assert [name_of(r) for r in after[8:]] == [""] * 5     # the queue was not run again
     measured_before = {cand_of(r).key for r in before if r["status"] != "pruned"}
