@@ -1,8 +1,12 @@
 """Shared test set-up: the ``cuda`` marker skips by itself where no GPU is present, small dims
-for every built-in, and a fresh plan database per test."""
+for every built-in, and a fresh plan database per test (on tmpfs where there is one)."""
 from __future__ import annotations
 
 import functools
+import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -45,9 +49,24 @@ def small():
 
 
 @pytest.fixture
-def fresh_db(tmp_path):
+def fast_tmp(tmp_path):
+    """A fresh folder on tmpfs (/dev/shm) where there is one, else ``tmp_path``: SQLite and
+    Optuna's journal file fsync every write, some milliseconds each on a disk."""
+    shm = Path("/dev/shm")
+    if not (shm.is_dir() and os.access(shm, os.W_OK)):
+        yield tmp_path
+        return
+    folder = Path(tempfile.mkdtemp(prefix="autotune-test-", dir=shm))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def fresh_db(fast_tmp):
     """An empty plan database in the test's own folder, closed afterwards."""
     from db.store import PlanDB
-    db = PlanDB(tmp_path / "plans.sqlite")
+    db = PlanDB(fast_tmp / "plans.sqlite")
     yield db
     db.close()

@@ -66,6 +66,24 @@ class Cutoff:
             min(times) > self.contend_factor * self.best_s
 
 
+def timed_runs(first_s: float, run: Callable[[], float], warmup: int, repeats: int,
+               cutoff: Cutoff) -> list[float]:
+    """Seconds of every timed run of a candidate whose checked first run took ``first_s``;
+    ``run()`` runs it once more and returns its seconds.  The checked run is a sample too (plans
+    pre-fault their buffers, so it is steady-state).  One loop for every plan and for the test
+    fake, so that their early stops cannot drift apart."""
+    if cutoff.gives_up(first_s):
+        return [first_s]
+    for _ in range(warmup):
+        run()
+    times = [first_s]
+    for _ in range(repeats - 1):
+        times.append(run())
+        if cutoff.out_of_contention(times):
+            break
+    return times
+
+
 @dataclass(frozen=True)
 class MeasureSettings:
     """How hard to measure: runs after the checked one, and when to stop early."""

@@ -26,7 +26,7 @@ from search_spaces.gemm import gemm_form
 from search_spaces.partition import groups, materialized
 from search_spaces.workload import Workload
 
-from autotune.backends.base import Arrays, BufferPool, Cutoff
+from autotune.backends.base import Arrays, BufferPool, Cutoff, timed_runs
 from autotune.backends.cpu.codegen import generate, generate_units
 
 
@@ -223,22 +223,16 @@ class CompiledPlan:
         first = time.perf_counter() - t0
         if check is not None and not check(outs):
             return outs, []
-        if cutoff.gives_up(first):
-            return outs, [first]
-        # a run reuses the output arrays only when nobody holds them: drop each run's first
-        outs = None
-        for _ in range(warmup):
-            outs = None
-            outs = self(**inputs)
-        times = [first]
-        for _ in range(repeats - 1):
-            outs = None
+        last = [outs]
+        del outs
+
+        def run() -> float:
+            last[0] = None     # a run reuses the output arrays only when nobody holds them
             t0 = time.perf_counter()
-            outs = self(**inputs)
-            times.append(time.perf_counter() - t0)
-            if cutoff.out_of_contention(times):
-                break
-        return (outs if outs is not None else dict(self._last_out)), times
+            last[0] = self(**inputs)
+            return time.perf_counter() - t0
+        times = timed_runs(first, run, warmup, repeats, cutoff)
+        return last[0], times
 
     def _gemm(self, name: str, env) -> None:
         op = self.w.op(name)

@@ -92,35 +92,6 @@ def test_memory_error_text():
 
 # ---- the search refuses what does not fit -------------------------------------------------
 
-def test_search_refuses_candidates_that_do_not_fit_without_running_them(tmp_path, monkeypatch):
-    w = load_workload("trimul_outgoing", DIMS)
-    space = SearchSpace(w, backend_kind("cpu").tile_bounds)
-    needs = {n: memory_bytes(w, named_plan(space, n), 2) for n in ("unfused", "heuristic")}
-    assert needs["heuristic"] < needs["unfused"]
-    limit = (needs["heuristic"] + needs["unfused"]) // 2        # unfused does not fit
-    monkeypatch.setattr(autotune.backends.cpu.kind, "host_memory_available", lambda: limit)
-    db = tmp_path / "p.sqlite"
-    result = run_search(w, "cpu", db=db, settings=QUICK,
-                        config=SearchConfig(budget=3, model_pool=20, model_seeds=0))
-    with PlanDB(db) as pdb:
-        rows = pdb.trials(result.key.key)
-    by_name = {r.name: r for r in rows}
-    un = by_name["unfused"]
-    assert un.status == "failed" and un.measured_s is None
-    assert un.error == memory_error(memory_bytes(w, named_plan(space, "unfused"),
-                                                 result_threads(w)), limit)
-    assert un.times == ()                               # never run
-    heur = by_name["heuristic"]
-    assert heur.status == "ok", heur.error          # fits: measured, times kept
-    assert heur.times and heur.rel_err <= w.rtol
-    assert result.best is not None and result.best.candidate == heur.candidate
-
-
-def result_threads(w) -> int:
-    from autotune.environment import detect
-    return backend_kind("cpu").device_spec(detect("cpu")).parallel_units
-
-
 def test_search_with_nothing_fitting_runs_nothing(tmp_path, monkeypatch):
     w = load_workload("trimul_outgoing", DIMS)
     monkeypatch.setattr(autotune.backends.cpu.kind, "host_memory_available", lambda: 1000)

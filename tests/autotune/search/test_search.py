@@ -1,5 +1,7 @@
-"""The search end to end on the CPU: through the library, through the CLI, killed and resumed,
-with candidates that crash, hang or compute wrong, and the load_best round trip.
+"""The search end to end on the CPU: through the library (and its recording replayed), through
+the CLI, killed and resumed, and the load_best round trip.  The search's own logic (pruning,
+local search, proposals, failures, resume, the shared study) is tested on the fake backend in
+test_search_logic.py and test_search_replay.py.
 
 Small dims throughout (trimul_outgoing at N=16, C=8) so that every search takes seconds.
 """
@@ -22,10 +24,10 @@ from typer.testing import CliRunner
 import autotune
 from autotune.api import NoCachedPlanWarning, make_executable, run_search
 from autotune.backends.factory import backend_kind
-from autotune.backends.worker import WorkerBackend
+from autotune.backends.replay import ReplayBackend
 from autotune.cli.app import app
 from autotune.environment import NoGPUError, detect
-from autotune.backends.base import MeasureSettings, relative_error
+from autotune.backends.base import relative_error
 from autotune.search.config import SearchConfig
 from autotune.search.loop import search
 from db.keys import PlanKey
@@ -36,11 +38,11 @@ from search_spaces.candidate import Candidate
 from search_spaces.plans import named_plan
 from search_spaces.space import SearchSpace
 
-from tests.support import faulty_plans
 
 DIMS = {"N": 16, "C": 8}
 DIMS_CLI = "N=16,C=8"
 NAMED = ("unfused", "heuristic", "greedy")
+LIB_CONFIG = SearchConfig(budget=12, model_pool=50, model_seeds=3)
 runner = CliRunner()
 
 
@@ -87,8 +89,7 @@ def assert_best_is_min_ok(db: PlanDB, key: PlanKey) -> BestPlan:
 def lib_search(w, tmp_path_factory):
     path = tmp_path_factory.mktemp("lib") / "p.sqlite"
     seen = []
-    result = run_search(w, "cpu", db=path,
-                        config=SearchConfig(budget=12, model_pool=50, model_seeds=3),
+    result = run_search(w, "cpu", db=path, config=LIB_CONFIG,
                         on_trial=lambda p: seen.append(p.done))
     return path, result, seen
 
@@ -140,6 +141,26 @@ def test_best_plan_verifies_on_fresh_inputs(w, lib_search, tmp_path):
     fn(**b_in)
     for k in a:
         np.testing.assert_array_equal(a[k], a_copy[k])
+
+
+def test_the_recorded_search_replays_trial_for_trial(w, lib_search, tmp_path):
+    """The replay backend on a real recording: the same search answered from the recorded
+    measurements takes the same decisions, so it writes the same trials."""
+    path, result, _ = lib_search
+    with PlanDB(path) as db:
+        recorded = db.trials(result.key.key)
+        replay = ReplayBackend.from_db(db, result.key.key)
+    env = detect("cpu")
+    with PlanDB(tmp_path / "replayed.sqlite") as db:
+        again = search(w, SearchSpace(w, backend_kind("cpu").tile_bounds), replay, db,
+                       result.key, backend_kind("cpu").device_spec(env), LIB_CONFIG)
+        replayed = db.trials(result.key.key)
+    fields = ("number", "candidate", "status", "predicted_s", "measured_s", "error", "params",
+              "times", "rel_err")
+    assert [[getattr(r, f) for f in fields] for r in replayed] == \
+        [[getattr(r, f) for f in fields] for r in recorded]
+    assert again.best.candidate == result.best.candidate
+    assert all(c.key in replay.recorded for c in replay.calls)
 
 
 # ---- 5. load_best ------------------------------------------------------------------------------
@@ -387,60 +408,3 @@ def test_killed_search_resumes(w, tmp_path):
         assert [r.name for r in after[n:]] == ["", "", ""]
         assert_best_is_min_ok(db, key)
         assert db.check() == []
-
-
-# ---- 4. candidates that crash, hang, or compute wrong ------------------------------------------
-
-def test_failing_candidates_are_recorded_and_the_search_finishes(w, tmp_path):
-    env = detect("cpu")
-    key = PlanKey.for_env(w.hash, env)
-    settings = MeasureSettings(warmup=0, repeats=1)
-    config = SearchConfig(budget=8, min_timeout_s=3, model_pool=30, model_seeds=2)
-    backend = WorkerBackend(backend_kind("cpu"), w, 0, tmp_path, settings,
-                            "tests.support.faulty_plans:FaultyPlan")
-    t0 = time.monotonic()
-    with PlanDB(tmp_path / "p.sqlite") as db:
-        try:
-            result = search(w, SearchSpace(w, backend_kind("cpu").tile_bounds), backend, db, key,
-                            backend_kind("cpu").device_spec(env), config)
-        finally:
-            backend.close()
-        rows = db.trials(key.key)
-        best = db.best(key.key)
-    took = time.monotonic() - t0
-    assert result.progress.done == 8 and len(rows) == 8
-    assert [r.number for r in rows] == list(range(8))
-
-    expect = {"crash": "crashed", "hang": "timeout", "wrong": "wrong result",
-              "nan": "non-finite"}
-    nan_key = faulty_plans.nan_key(tmp_path / "kernels")
-    assert nan_key is not None
-    fates = {}
-    for r in rows:
-        cand = r.to_candidate()
-        fate = faulty_plans.behaviour(cand, nan_key)
-        fates.setdefault(fate, []).append(r)
-        if r.status == "pruned":
-            continue
-        if fate == "ok":
-            assert r.status == "ok", r.error
-        else:
-            assert r.status == "failed", (fate, r)
-            assert r.measured_s is None
-            assert expect[fate] in r.error or r.error == \
-                "same candidate as an earlier trial", (fate, r.error)
-    for fate in ("crash", "hang", "wrong", "nan"):
-        assert fates.get(fate), f"no {fate} candidate among the trials"
-    assert fates["crash"][0].error == "worker crashed (exit code 3)"
-    assert [r.name for r in rows[:3]] == ["unfused", "heuristic", "greedy"]
-    assert result.progress.failed >= 4
-
-    # the best plan is a candidate that behaves, and the min over ok trials
-    assert best is not None
-    assert faulty_plans.behaviour(best.to_candidate(), nan_key) == "ok"
-    failed = [r.candidate for r in rows if r.status == "failed"]
-    assert best.candidate not in failed
-    with PlanDB(tmp_path / "p.sqlite") as db:
-        assert_best_is_min_ok(db, key)
-    # the hang was cut at its timeout (12 s here), not after its 1000 s
-    assert took < 150

@@ -1,0 +1,70 @@
+"""A backend that answers from a recorded search: each candidate's first measurement in a plan
+database, given back as it was recorded.
+
+Replaying a recorded search with the same workload, device spec and configuration takes the
+same decisions and so the same trials; a changed search (another prune factor, another
+proposal rule) shows what it would have measured, in milliseconds.  A candidate the recording
+never measured gets ``fallback``'s measurement when one is given (a
+:class:`~autotune.backends.fake.FakeBackend`, say), else a failed one that says so.
+"""
+from __future__ import annotations
+
+from db.records import Status, StoredTrial
+from db.store import PlanDB
+from search_spaces.candidate import Candidate
+
+from autotune.backends.base import BackendKind, Measurement, MeasureSettings
+from autotune.backends.factory import backend_kind
+
+NOT_RECORDED = "not in the recorded search (the replay has no measurement of it)"
+
+
+def recorded_measurements(trials: list[StoredTrial]) -> dict[str, Measurement]:
+    """Candidate key -> its first measurement among stored trials (in trial order).  Pruned
+    trials were never measured; a later trial of the same candidate reused the first one."""
+    out: dict[str, Measurement] = {}
+    for t in trials:
+        key = t.to_candidate().key
+        if t.status == Status.PRUNED or key in out:
+            continue
+        if t.status == Status.OK:
+            out[key] = Measurement(Status.OK, t.measured_s, t.times or (t.measured_s,), t.rel_err)
+        else:
+            out[key] = Measurement(Status.FAILED, rel_err=t.rel_err, error=t.error or "")
+    return out
+
+
+class ReplayBackend:
+    """Measurements from a recording, whatever ``timeout_s`` and ``best_s`` (the recording's
+    own early stops are in its times).  ``calls`` lists every candidate asked for, in order."""
+
+    name = "replay"
+
+    def __init__(self, recorded: dict[str, Measurement],
+                 settings: MeasureSettings = MeasureSettings(), fallback=None,
+                 kind: BackendKind | None = None):
+        self.recorded, self.settings, self.fallback = recorded, settings, fallback
+        # the device kind the recording was made on (its memory rules); the CPU's by default
+        self.kind = kind if kind is not None else backend_kind("cpu")
+        self.calls: list[Candidate] = []
+
+    @classmethod
+    def from_db(cls, db: PlanDB, plan_key: str, study: str | None = None,
+                settings: MeasureSettings = MeasureSettings(), fallback=None) -> "ReplayBackend":
+        """The trials of ``plan_key`` (of one study if given) in ``db``."""
+        return cls(recorded_measurements(db.trials(plan_key, study)), settings, fallback)
+
+    def measure(self, cand: Candidate, timeout_s: float, best_s: float | None) -> Measurement:
+        self.calls.append(cand)
+        if cand.key in self.recorded:
+            return self.recorded[cand.key]
+        if self.fallback is not None:
+            return self.fallback.measure(cand, timeout_s, best_s)
+        return Measurement(Status.FAILED, error=NOT_RECORDED)
+
+    def reclaimable_bytes(self) -> int:
+        return self.fallback.reclaimable_bytes() if self.fallback is not None else 0
+
+    def close(self) -> None:
+        if self.fallback is not None:
+            self.fallback.close()

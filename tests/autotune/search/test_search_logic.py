@@ -1,0 +1,242 @@
+"""The search's own logic on the fake backend (the cost model's time times seeded noise), in
+milliseconds: the order of the first trials, pruning, the local-search cadence, failures and
+the memory check.  Resume, replay and the shared study: test_search_replay.py."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import autotune.search.proposals as proposals
+import autotune.search.state as state
+from autotune.backends.factory import backend_kind
+from autotune.backends.fake import FakeBackend, timeout_error
+from autotune.search.proposals import MODEL_MARGIN, model_favourites
+from autotune.search.state import memory_error
+from costmodel.model import memory_bytes
+from db.store import PlanDB
+from search_spaces.plans import named_plan
+from search_spaces.space import SearchSpace
+
+from tests.support.fake_search import (CHEAP, DEV, NAMED, REUSED, assert_best_is_min_ok,
+                                       cand_of, fake_key, measured_keys,
+                                       name_of, params_of_row, ran, run)
+
+
+@pytest.fixture
+def w(small):
+    return small("gated_mlp")
+
+
+@pytest.fixture
+def space(w):
+    return SearchSpace(w, backend_kind("cpu").tile_bounds)
+
+
+def favourites(w, space, config):
+    named = {named_plan(space, n).key for n in NAMED}
+    return model_favourites(w, space, DEV, config, named)
+
+
+# ---- the first trials: named plans, then the model's favourites ----------------------------
+
+def test_named_plans_then_model_favourites_come_before_the_sampler(w, space, fresh_db):
+    config = dataclasses.replace(CHEAP, model_seeds=3, budget=9)
+    favs = favourites(w, space, config)
+    assert len(favs) == 3                     # the model does prefer some to every named plan
+    _, rows, _ = run(w, space, fresh_db, config)
+    assert [r.number for r in rows] == list(range(9))
+    assert [name_of(r) for r in rows[:3]] == list(NAMED)
+    assert [cand_of(r).key for r in rows[3:6]] == [c.key for c in favs]
+    named_best = min(r.predicted_s for r in rows[:3])
+    preds = [r.predicted_s for r in rows[3:6]]
+    assert preds == sorted(preds) and max(preds) < MODEL_MARGIN * named_best
+    assert all(name_of(r) == "" for r in rows[3:])
+
+
+def test_a_budget_shorter_than_the_queue_runs_its_head(w, space, fresh_db):
+    result, rows, _ = run(w, space, fresh_db, dataclasses.replace(CHEAP, budget=2))
+    assert [name_of(r) for r in rows] == ["unfused", "heuristic"]
+    assert result.progress.done == 2
+
+
+# ---- pruning -------------------------------------------------------------------------------
+
+def test_a_huge_prune_factor_prunes_nothing(w, space, fast_tmp):
+    config = dataclasses.replace(CHEAP, budget=12)
+    with PlanDB(fast_tmp / "a.sqlite") as db:
+        default, _, _ = run(w, space, db, config)
+    assert default.progress.pruned > 0        # the same search prunes at the default factor
+    with PlanDB(fast_tmp / "b.sqlite") as db:
+        result, rows, backend = run(w, space, db, dataclasses.replace(config, prune_factor=1e9))
+    assert result.progress.pruned == 0 and not [r for r in rows if r.status == "pruned"]
+    assert measured_keys(backend) == [cand_of(r).key for r in rows if ran(r)]
+    assert result.progress.measured == len(rows) == 12
+
+
+def test_a_tiny_prune_factor_measures_only_the_first_plan(w, space, fresh_db):
+    result, rows, backend = run(w, space, fresh_db,
+                                dataclasses.replace(CHEAP, budget=12, prune_factor=1e-9))
+    unfused = rows[0]
+    assert name_of(unfused) == "unfused" and unfused.status == "ok"
+    assert measured_keys(backend) == [cand_of(unfused).key]
+    for r in rows[1:]:
+        if cand_of(r).key == cand_of(unfused).key:
+            assert r.status == "ok" and r.error == REUSED
+        else:
+            assert r.status == "pruned"
+            assert r.error == (f"predicted {r.predicted_s:.3g} s > 1e-09 x "
+                                  f"{unfused.predicted_s:.3g} s")
+    assert result.best.candidate == unfused.candidate
+
+
+def test_exact_measurements_keep_exactly_the_predicted_records(w, space, fresh_db):
+    """Noise off and prune_factor 1: a candidate runs iff the model predicts it no slower
+    than the best measured one, so the survivors are known from the predictions alone."""
+    backend = FakeBackend(w, DEV, sigma=0.0)
+    config = dataclasses.replace(CHEAP, budget=20, prune_factor=1.0)
+    result, rows, _ = run(w, space, fresh_db, config, backend)
+    best_pred, seen, survivors = None, set(), []
+    for r in rows:
+        key = cand_of(r).key
+        if key in seen:
+            assert r.error == REUSED
+        elif best_pred is not None and r.predicted_s > best_pred:
+            assert r.status == "pruned", r
+            assert r.error == f"predicted {r.predicted_s:.3g} s > 1 x {best_pred:.3g} s"
+        else:
+            assert r.status == "ok" and r.measured_s == pytest.approx(r.predicted_s)
+            survivors.append(key)
+            seen.add(key)
+            best_pred = min(best_pred or r.predicted_s, r.predicted_s)
+    assert len(survivors) >= 3 and result.progress.pruned >= 5       # many of each
+    assert measured_keys(backend) == survivors
+    assert_best_is_min_ok(fresh_db, fake_key(w), rows)
+
+
+# ---- local search around the incumbent -----------------------------------------------------
+
+def test_every_local_every_th_trial_is_the_models_pick_near_the_incumbent(
+        w, space, fresh_db, monkeypatch):
+    picks = []
+    real_neighbour, real_estimate = proposals.neighbour, proposals.estimate
+
+    def spy(w_, space_, dev, params, rng, seen, tries=40):
+        scored = []
+
+        def scoring(*a):
+            e = real_estimate(*a)
+            scored.append(e.total_s)
+            return e
+        monkeypatch.setattr(proposals, "estimate", scoring)
+        try:
+            picked = real_neighbour(w_, space_, dev, params, rng, seen, tries)
+        finally:
+            monkeypatch.setattr(proposals, "estimate", real_estimate)
+        picks.append({"incumbent": dict(params), "picked": picked, "scored": scored})
+        return picked
+    monkeypatch.setattr(state, "neighbour", spy)
+
+    config = dataclasses.replace(CHEAP, budget=11, local_every=3)
+    queued = 3 + len(favourites(w, space, config))
+    _, rows, _ = run(w, space, fresh_db, config)
+    # the queue first (trials 1 and 4 wait for it), then trial numbers 1 modulo local_every
+    slots = [n for n in range(queued, 11) if n % 3 == 1]
+    assert slots == [7, 10] and len(picks) == len(slots)
+    for n, pick in zip(slots, picks):
+        row = rows[n]
+        assert params_of_row(row) == pick["picked"]
+        ok = [r for r in rows[:n] if r.status == "ok"]
+        fastest = min(r.measured_s for r in ok)     # the incumbent: the latest of equals
+        assert pick["incumbent"] == params_of_row([r for r in ok if r.measured_s == fastest][-1])
+        assert row.predicted_s == min(pick["scored"])     # the model's favourite mutation
+        assert cand_of(row).key not in {cand_of(r).key for r in rows[:n]}
+
+
+# ---- failures ------------------------------------------------------------------------------
+
+def test_failures_are_recorded_as_failed_and_the_search_finishes(w, space, fresh_db):
+    """The fates of tests/support/faulty_plans, scripted: unfused crashes, greedy hangs,
+    heuristic computes a wrong result, the first unnamed candidate NaN."""
+    first_unnamed: list[str] = []
+    errors = {"unfused": "worker crashed (exit code 3)",
+              "heuristic": "wrong result in 'out': relative L2 error 0.01 > rtol 0.001"}
+
+    def fails(cand):
+        if not cand.name and first_unnamed in ([], [cand.key]):
+            first_unnamed[:] = [cand.key]
+            return "wrong result in 'out': non-finite values > rtol 0.001"
+        return errors.get(cand.name)
+    backend = FakeBackend(w, DEV, fails=fails, hangs=lambda cand: cand.name == "greedy")
+    config = dataclasses.replace(CHEAP, budget=8, min_timeout_s=3)
+    result, rows, _ = run(w, space, fresh_db, config, backend)
+    assert result.progress.done == 8 and [r.number for r in rows] == list(range(8))
+    assert [name_of(r) for r in rows[:3]] == list(NAMED)
+    fates = {"unfused": "worker crashed", "heuristic": "wrong result", "greedy": "timeout",
+             "nan": "wrong result in 'out': non-finite"}
+    seen_fates = set()
+    for r in rows:
+        fate = "nan" if cand_of(r).key in first_unnamed else name_of(r)
+        if r.status == "pruned":
+            continue
+        if fate in fates:
+            seen_fates.add(fate)
+            assert r.status == "failed" and r.measured_s is None, r
+            assert r.times == ()
+            assert r.error.startswith(fates[fate]) or r.error == REUSED, r
+        else:
+            assert r.status == "ok" and r.error in (None, REUSED), r
+    assert seen_fates == set(fates)
+    assert result.progress.failed == sum(r.status == "failed" for r in rows) >= 4
+    # a hang is cut at the search's limit: per run the larger of min_timeout_s and
+    # timeout_factor x the best so far, for the checked run, warm-ups, repeats and one more,
+    # plus min_timeout_s
+    runs = 2 + backend.settings.warmup + backend.settings.repeats
+    for _, timeout_s, best_s in backend.calls:
+        assert timeout_s == pytest.approx(max(3, 10 * (best_s or 0)) * runs + 3)
+    assert rows[2].error == timeout_error(3 * runs + 3)     # nothing measured before it
+    assert any(best_s for _, _, best_s in backend.calls)
+    keys = measured_keys(backend)
+    assert len(keys) == len(set(keys))         # a failed candidate is not measured again
+    best = assert_best_is_min_ok(fresh_db, fake_key(w), rows)
+    assert best.candidate not in [r.candidate for r in rows
+                                  if r.status == "failed"]
+
+
+def test_a_search_where_everything_fails_ends_without_a_best(w, space, fresh_db):
+    backend = FakeBackend(w, DEV, fails=lambda cand: "boom")
+    result, rows, _ = run(w, space, fresh_db, dataclasses.replace(CHEAP, budget=6), backend)
+    assert result.progress.failed == len(rows) == 6
+    assert result.progress.pruned == 0        # nothing measured: nothing to prune against
+    assert all(r.error in ("boom", REUSED) for r in rows)
+    assert result.best is None and fresh_db.best(fake_key(w).key) is None
+    assert result.progress.best_s is None
+
+
+# ---- memory ----------------------------------------------------------------------------------
+
+def test_candidates_that_do_not_fit_fail_without_being_measured(w, space, fresh_db):
+    needs = {n: memory_bytes(w, named_plan(space, n), DEV.parallel_units) for n in NAMED}
+    assert needs["greedy"] < min(needs["unfused"], needs["heuristic"])
+    limit = (needs["greedy"] + min(needs["unfused"], needs["heuristic"])) // 2  # greedy fits
+    config = dataclasses.replace(CHEAP, budget=3, model_seeds=0)
+    result, rows, backend = run(w, space, fresh_db, config, memory_available=lambda: limit)
+    by_name = {name_of(r): r for r in rows}
+    for name in ("unfused", "heuristic"):
+        r = by_name[name]
+        assert r.status == "failed" and r.measured_s is None
+        assert r.error == memory_error(needs[name], limit)
+        assert r.times == ()                             # never run
+        assert cand_of(r).key not in measured_keys(backend)
+    greedy = by_name["greedy"]
+    assert greedy.status == "ok", greedy.error            # fits: measured, times kept
+    assert greedy.times and greedy.rel_err is not None \
+        and greedy.rel_err <= w.rtol
+    assert measured_keys(backend) == [cand_of(greedy).key]
+    assert result.best is not None and result.best.candidate == greedy.candidate
+
+
+def test_an_unknown_amount_of_memory_refuses_nothing(w, space, fresh_db):
+    result, rows, backend = run(w, space, fresh_db, dataclasses.replace(CHEAP, budget=3),
+                                memory_available=lambda: None)
+    assert result.progress.failed == 0 and len(backend.calls) == result.progress.measured
