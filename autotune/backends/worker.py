@@ -1,8 +1,10 @@
 """An isolated measuring process: a crash, hang or out-of-memory in one candidate kills only it.
 
 The worker builds its inputs from the seed, loads (or computes and caches) the float64 reference
-once, then serves measure requests over a pipe.  The parent kills it on timeout and starts a new
-one for the next candidate.
+once, then serves measure requests over a pipe.  It never outlives its search: it dies with its
+parent however the parent ends (:func:`die_with_parent`), and it stops itself when a candidate
+runs past the request's timeout (:func:`arm_run_timeout`); the parent kills it too, a little
+later, should that fail, and starts a new one for the next candidate.
 """
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import multiprocessing as mp
 import os
 import signal
 import statistics
+import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -32,6 +36,50 @@ class WorkerSpec:
     seed: int
     cache_dir: str
     device: str = "cpu"
+
+
+# The parent waits this much longer than the worker's own run timeout before it kills the worker
+# itself: the worker's alarm normally ends a hung candidate first.
+PARENT_GRACE_S = 5.0
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int | None) -> None:
+    """Make this process die when its parent does, however the parent ends (``kill -9``
+    included).  Linux: the kernel sends SIGKILL on the parent's death (``PR_SET_PDEATHSIG``),
+    which also holds while a compiled call runs.  Elsewhere: a thread polls the parent's pid.
+    (The signal follows the parent *thread* that started us: WorkerHandle starts workers from
+    the search's own thread.)"""
+    armed = False
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            libc = ctypes.CDLL(None, use_errno=True)
+            armed = libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            armed = False
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(1)        # the parent died before the signal was armed: nobody to serve
+    if armed or parent_pid is None:
+        return
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        os._exit(1)
+    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
+
+
+def arm_run_timeout(seconds: float | None) -> None:
+    """Stop this process ``seconds`` from now (wall clock) unless disarmed with ``None``.
+
+    SIGALRM at its default disposition: the kernel ends the process, so this holds even while
+    a compiled call that keeps the GIL runs (no Python handler has to run)."""
+    if seconds is None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        return
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
 
 
 def reference_path(cache_dir: Path, whash: str, seed: int) -> Path:
@@ -72,9 +120,11 @@ def _serve(conn, spec: WorkerSpec, make_plan) -> None:
         msg = conn.recv()
         if msg is None:
             return
-        cand_json, settings, best_s = msg
+        cand_json, settings, best_s, timeout_s = msg
+        arm_run_timeout(timeout_s)
         m = _measure_one(w, Candidate.from_json(cand_json), inputs, ref, settings, best_s, spec,
                          make_plan)
+        arm_run_timeout(None)
         # what the pool holds is memory the next candidate gets back: the parent's memory
         # check counts it as available
         conn.send(("result", m.to_dict(), pool.nbytes if pool is not None else 0))
@@ -133,7 +183,9 @@ def _run(w, plan, inputs, ref, settings: MeasureSettings, best_s) -> Measurement
     return Measurement("ok", statistics.median(times), tuple(times), err)
 
 
-def worker_main(conn, spec: WorkerSpec, make_plan_path: str) -> None:
+def worker_main(conn, spec: WorkerSpec, make_plan_path: str, parent_pid: int | None = None
+                ) -> None:
+    die_with_parent(parent_pid)
     try:
         import importlib
         module, _, attr = make_plan_path.partition(":")
@@ -158,6 +210,10 @@ def crash_message(code: int | None) -> str:
     return f"worker crashed (exit code {code})"
 
 
+def timeout_message(timeout_s: float) -> str:
+    return f"timeout: no result within {timeout_s:.0f} s"
+
+
 class WorkerHandle:
     """A measuring subprocess with a pipe; restarted after crashes and timeouts."""
 
@@ -170,7 +226,8 @@ class WorkerHandle:
     def _start(self) -> str | None:
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=worker_main, args=(child, self.spec, self.path), daemon=True)
+        proc = ctx.Process(target=worker_main, args=(child, self.spec, self.path, os.getpid()),
+                           daemon=True)
         proc.start()
         self.proc = proc      # only a started process: kill() joins it
         child.close()
@@ -195,14 +252,17 @@ class WorkerHandle:
             if err:
                 return Measurement("failed", error=err)
         try:
-            self.conn.send((cand.to_json(), settings, best_s))
-            if not self.conn.poll(timeout_s):
+            # the worker stops itself at timeout_s; the parent's wait is the backstop
+            self.conn.send((cand.to_json(), settings, best_s, timeout_s))
+            if not self.conn.poll(timeout_s + PARENT_GRACE_S):
                 self.kill()
-                return Measurement("failed", error=f"timeout: no result within {timeout_s:.0f} s")
+                return Measurement("failed", error=timeout_message(timeout_s))
             kind, payload, self.pooled_bytes = self.conn.recv()
         except (EOFError, BrokenPipeError, ConnectionResetError):
             code = (self.proc.join(5) or self.proc.exitcode) if self.proc else None  # reap first
             self.kill()
+            if code == -signal.SIGALRM:
+                return Measurement("failed", error=timeout_message(timeout_s))
             return Measurement("failed", error=crash_message(code))
         d = dict(payload)
         d["times"] = tuple(d["times"])
