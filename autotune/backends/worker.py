@@ -154,7 +154,8 @@ def _run(w, plan, inputs, ref, settings: MeasureSettings, best_s) -> Measurement
     if hasattr(plan, "timed_call"):
         # device plans: inputs uploaded once, runs timed with device events, so host
         # transfers (250 MB each way at N=702) do not swamp kernels of a few ms
-        outs, times = plan.timed_call(inputs, settings.warmup, settings.repeats)
+        give_up = settings.give_up_factor * best_s if best_s is not None else None
+        outs, times = plan.timed_call(inputs, settings.warmup, settings.repeats, give_up)
         err, msg = verify(outs, ref, w.rtol)
         if msg:
             return Measurement("failed", rel_err=err, error=msg)

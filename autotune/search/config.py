@@ -11,6 +11,13 @@ from db.keys import PlanKey
 SAMPLERS = ("tpe", "random", "gp", "cmaes")
 
 
+# The floor of a candidate's timeout, per device kind, on the device's own time scale: a CPU
+# plan of the built-ins at full size runs for seconds (and compiles C first), a GPU plan for
+# milliseconds (NVRTC compiles in about a second).  The floor also covers the compile and the
+# first candidate, before there is a best to scale from.
+MIN_TIMEOUT_S = {"cpu": 30.0, "cuda": 5.0}
+
+
 @dataclass(frozen=True)
 class SearchConfig:
     """Knobs of one search (the CLI's options)."""
@@ -19,7 +26,7 @@ class SearchConfig:
     seed: int = 0
     prune_factor: float = 2.0
     timeout_factor: float = 10.0     # a run may take this many times the best so far
-    min_timeout_s: float = 30.0
+    min_timeout_s: float | None = None   # None: the device kind's (MIN_TIMEOUT_S)
     model_seeds: int = 12            # model-ranked candidates enqueued after the named plans
     model_pool: int = 300            # random candidates the model also ranks for them
     climb_rounds: int = 3            # coordinate-descent rounds of the model from named plans
@@ -29,6 +36,12 @@ class SearchConfig:
     # run-to-run noise (~10 %) could not tell apart
     local_every: int = 3
     storage: str | None = None       # Optuna storage shared by several workers (see open_storage)
+
+    def min_timeout(self, device_kind: str) -> float:
+        """The timeout floor on this device kind (the configured one, else the kind's)."""
+        if self.min_timeout_s is not None:
+            return self.min_timeout_s
+        return MIN_TIMEOUT_S.get(device_kind, MIN_TIMEOUT_S["cpu"])
 
 
 @dataclass

@@ -348,10 +348,12 @@ class CudaPlan:
         self.rt.synchronize()
         return host
 
-    def timed_call(self, inputs: dict, warmup: int = 1, repeats: int = 3
-                   ) -> tuple[dict[str, np.ndarray], list[float]]:
+    def timed_call(self, inputs: dict, warmup: int = 1, repeats: int = 3,
+                   give_up_s: float | None = None) -> tuple[dict[str, np.ndarray], list[float]]:
         """(outputs of the first run, device times of ``repeats`` runs in seconds): inputs are
-        uploaded once, each run is timed with CUDA events after ``warmup`` untimed runs."""
+        uploaded once, each run is timed with CUDA events after ``warmup`` untimed runs.  A
+        first timed run slower than ``give_up_s`` (the search's give-up factor times its best)
+        is the only one: the candidate cannot be the best, more runs only cost time."""
         dev = self.upload(inputs)
         outs = {o: self.rt.to_host(a) for o, a in self.run_device(**dev).items()}
         for _ in range(warmup):
@@ -361,6 +363,8 @@ class CudaPlan:
             with self.rt.timer() as t:
                 self.run_device(**dev)
             times.append(t.seconds)
+            if give_up_s is not None and t.seconds > give_up_s:
+                break
         self.rt.synchronize()
         return outs, times
 
