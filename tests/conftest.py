@@ -1,5 +1,7 @@
 """Shared test set-up: the ``cuda`` marker skips by itself where no GPU is present, small dims
-for every built-in, and a fresh plan database per test (on tmpfs where there is one)."""
+for every built-in, a fresh plan database per test (on tmpfs where there is one), and the
+strict-skip hooks (tests.support.skips: with AUTOTUNE_STRICT_SKIPS=1 a skip for anything but a
+missing CUDA device or PyTorch fails the run)."""
 from __future__ import annotations
 
 import functools
@@ -11,6 +13,9 @@ from pathlib import Path
 import pytest
 
 from search_spaces import load_workload
+from tests.support.skips import (GPU_SKIP, pytest_collectreport,  # noqa: F401  (hooks)
+                                 pytest_runtest_logreport, pytest_sessionfinish,
+                                 pytest_terminal_summary)
 
 # Dims small enough that a reference, a compile and a run take milliseconds.
 SMALL_DIMS = {
@@ -33,8 +38,7 @@ def cuda_device_present() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    skip = pytest.mark.skip(reason="needs CuPy and a CUDA device (pip install -e '.[cuda]' on a "
-                                   "machine with an NVIDIA GPU)")
+    skip = pytest.mark.skip(reason=GPU_SKIP)
     # the marker itself, not keywords: a parametrize id "cuda" is no GPU test
     gpu_tests = [item for item in items if item.get_closest_marker("cuda") is not None]
     if gpu_tests and not cuda_device_present():

@@ -203,6 +203,9 @@ class BackendKind(Protocol):
     name: str                      # "cpu", "cuda": the --device value and Environment.kind
     tile_bounds: TileBounds        # tile sizes the generated code accepts
     units: str                     # what Environment.cores counts ("cores", "SMs")
+    # the floor of a candidate's timeout on the device's own time scale (it also covers the
+    # compile and the first candidate, before there is a best to scale from)
+    min_timeout_s: float
 
     def device_spec(self, env: Environment) -> DeviceSpec:
         """The cost model's view of the device."""

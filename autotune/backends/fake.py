@@ -23,11 +23,7 @@ from search_spaces.workload import Workload
 
 from autotune.backends.base import BackendKind, Measurement, MeasureSettings, timed_runs
 from autotune.backends.factory import backend_kind
-
-
-def timeout_error(timeout_s: float) -> str:
-    """The error of a candidate that gave no result in time (the worker's words)."""
-    return f"timeout: no result within {timeout_s:.0f} s"
+from autotune.backends.worker import timeout_message
 
 
 class FakeBackend:
@@ -67,7 +63,7 @@ class FakeBackend:
         if error:
             return Measurement(Status.FAILED, error=error)
         if self.hangs(cand):
-            return Measurement(Status.FAILED, error=timeout_error(timeout_s))
+            return Measurement(Status.FAILED, error=timeout_message(timeout_s))
         runs = itertools.count()
         spent = [self.run_time(cand, next(runs))]
 
@@ -77,7 +73,7 @@ class FakeBackend:
         s = self.settings
         times = tuple(timed_runs(spent[0], run, s.warmup, s.repeats, s.cutoff(best_s)))
         if sum(spent) > timeout_s:       # warm-up runs count against the limit too
-            return Measurement(Status.FAILED, error=timeout_error(timeout_s))
+            return Measurement(Status.FAILED, error=timeout_message(timeout_s))
         return Measurement(Status.OK, statistics.median(times), times, 0.0)
 
     def reclaimable_bytes(self) -> int:

@@ -1,8 +1,10 @@
 """An isolated measuring process: a crash, hang or out-of-memory in one candidate kills only it.
 
 The worker builds its inputs from the seed, loads (or computes and caches) the float64 reference
-once, then serves measure requests over a pipe.  The parent kills it on timeout and starts a new
-one for the next candidate.  What crosses the pipe are the records below: requests
+once, then serves measure requests over a pipe.  It never outlives its search: it dies with its
+parent however the parent ends (:func:`die_with_parent`), and it stops itself when a candidate
+runs past the request's timeout (:func:`arm_run_timeout`); the parent kills it too, a little
+later, should that fail, and starts a new one for the next candidate.  What crosses the pipe are the records below: requests
 (:class:`MeasureRequest`, :class:`Shutdown`) one way, replies (:class:`Ready`,
 :class:`WorkerError`, :class:`MeasureReply`) the other.
 """
@@ -13,6 +15,9 @@ import multiprocessing as mp
 import os
 import signal
 import statistics
+import sys
+import threading
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +48,7 @@ class MeasureRequest:
     candidate: Candidate
     settings: MeasureSettings
     best_s: float | None
+    timeout_s: float | None = None      # the worker stops itself past this (None: never)
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,50 @@ class MeasureReply:
     now holds for the next candidate (the parent's memory check counts them as free)."""
     measurement: Measurement
     pooled_bytes: int
+
+
+# The parent waits this much longer than the worker's own run timeout before it kills the worker
+# itself: the worker's alarm normally ends a hung candidate first.
+PARENT_GRACE_S = 5.0
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int | None) -> None:
+    """Make this process die when its parent does, however the parent ends (``kill -9``
+    included).  Linux: the kernel sends SIGKILL on the parent's death (``PR_SET_PDEATHSIG``),
+    which also holds while a compiled call runs.  Elsewhere: a thread polls the parent's pid.
+    (The signal follows the parent *thread* that started us: WorkerHandle starts workers from
+    the search's own thread.)"""
+    armed = False
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            libc = ctypes.CDLL(None, use_errno=True)
+            armed = libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            armed = False
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(1)        # the parent died before the signal was armed: nobody to serve
+    if armed or parent_pid is None:
+        return
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        os._exit(1)
+    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
+
+
+def arm_run_timeout(seconds: float | None) -> None:
+    """Stop this process ``seconds`` from now (wall clock) unless disarmed with ``None``.
+
+    SIGALRM at its default disposition: the kernel ends the process, so this holds even while
+    a compiled call that keeps the GIL runs (no Python handler has to run)."""
+    if seconds is None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        return
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
 
 
 def reference_path(cache_dir: Path, whash: str, seed: int) -> Path:
@@ -103,7 +153,9 @@ def _serve(conn, spec: WorkerSpec, make_plan: PlanFactory) -> None:
         req = conn.recv()
         if isinstance(req, Shutdown):
             return
+        arm_run_timeout(req.timeout_s)
         m = _measure_one(w, req, inputs, ref, Path(spec.cache_dir), make_plan, pool)
+        arm_run_timeout(None)
         conn.send(MeasureReply(m, pool.nbytes))
 
 
@@ -162,7 +214,9 @@ def plan_factory(spec: WorkerSpec, make_plan_path: str | None) -> PlanFactory:
     return backend_kind(spec.device).make_plan
 
 
-def worker_main(conn, spec: WorkerSpec, make_plan_path: str | None) -> None:
+def worker_main(conn, spec: WorkerSpec, make_plan_path: str | None,
+                parent_pid: int | None = None) -> None:
+    die_with_parent(parent_pid)
     try:
         _serve(conn, spec, plan_factory(spec, make_plan_path))
     except EOFError:
@@ -184,6 +238,10 @@ def crash_message(code: int | None) -> str:
     return f"worker crashed (exit code {code})"
 
 
+def timeout_message(timeout_s: float) -> str:
+    return f"timeout: no result within {timeout_s:.0f} s"
+
+
 class WorkerHandle:
     """A measuring subprocess with a pipe; restarted after crashes and timeouts."""
 
@@ -197,7 +255,8 @@ class WorkerHandle:
     def _start(self) -> str | None:
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=worker_main, args=(child, self.spec, self.path), daemon=True)
+        proc = ctx.Process(target=worker_main, args=(child, self.spec, self.path, os.getpid()),
+                           daemon=True)
         proc.start()
         self.proc = proc      # only a started process: kill() joins it
         child.close()
@@ -223,14 +282,17 @@ class WorkerHandle:
             if err:
                 return Measurement(Status.FAILED, error=err)
         try:
-            self.conn.send(MeasureRequest(cand, settings, best_s))
-            if not self.conn.poll(timeout_s):
+            # the worker stops itself at timeout_s; the parent's wait is the backstop
+            self.conn.send(MeasureRequest(cand, settings, best_s, timeout_s))
+            if not self.conn.poll(timeout_s + PARENT_GRACE_S):
                 self.kill()
-                return Measurement(Status.FAILED, error=f"timeout: no result within {timeout_s:.0f} s")
+                return Measurement(Status.FAILED, error=timeout_message(timeout_s))
             reply = self.conn.recv()
         except (EOFError, BrokenPipeError, ConnectionResetError):
             code = (self.proc.join(5) or self.proc.exitcode) if self.proc else None  # reap first
             self.kill()
+            if code == -signal.SIGALRM:
+                return Measurement(Status.FAILED, error=timeout_message(timeout_s))
             return Measurement(Status.FAILED, error=crash_message(code))
         if not isinstance(reply, MeasureReply):
             self.kill()

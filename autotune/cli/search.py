@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import sys
+import time
 from typing import Optional
 
 import typer
@@ -45,16 +47,28 @@ def search_cmd(
         from autotune.search.storage import open_storage
         open_storage(storage)   # a bad URL or an unreachable server fails here, in one line
     settings = MeasureSettings(repeats=max(1, repeats))
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
-                  transient=False) as bar:
-        task = bar.add_task(f"search {w.name}", total=budget, status="starting (reference...)")
 
-        def on_trial(p):
-            best = f"best {p.best_s:.4g} s ({p.best_name})" if p.best_s else "best -"
-            bar.update(task, completed=p.done, status=f"{best}  pruned {p.pruned}  "
-                                                     f"failed {p.failed}")
-        result = _api().run_search(w, device, db, config, settings, on_trial)
+    def status(p) -> str:
+        best = f"best {p.best_s:.4g} s ({p.best_name})" if p.best_s else "best -"
+        return f"{best}  pruned {p.pruned}  failed {p.failed}"
+    if not sys.stdout.isatty():
+        # a pipe or a log (a bar prints nothing there): one plain line per trial, flushed
+        t0 = time.monotonic()
+
+        def plain(p):
+            typer.echo(f"trial {p.done}/{budget} {time.monotonic() - t0:.0f}s  {p.last}  "
+                       f"{status(p)}")
+            sys.stdout.flush()
+        result = _api().run_search(w, device, db, config, settings, plain)
+    else:
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                      MofNCompleteColumn(), TextColumn("{task.fields[status]}"),
+                      TimeElapsedColumn(), transient=False) as bar:
+            task = bar.add_task(f"search {w.name}", total=budget,
+                                status="starting (reference...)")
+            result = _api().run_search(
+                w, device, db, config, settings,
+                lambda p: bar.update(task, completed=p.done, status=status(p)))
     p = result.progress
     if result.best is None:
         raise CliError(f"no candidate of {w.name} passed verification in {p.done} trials; "

@@ -20,7 +20,7 @@ class SearchConfig:
     seed: int = 0
     prune_factor: float = 2.0
     timeout_factor: float = 10.0     # a run may take this many times the best so far
-    min_timeout_s: float = 30.0
+    min_timeout_s: float | None = None   # None: the backend kind's (BackendKind.min_timeout_s)
     model_seeds: int = 12            # model-ranked candidates enqueued after the named plans
     model_pool: int = 300            # random candidates the model also ranks for them
     climb_rounds: int = 3            # coordinate-descent rounds of the model from named plans

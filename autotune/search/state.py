@@ -91,9 +91,10 @@ class SearchState:
             status, median, error = Status.FAILED, None, memory_error(need, avail)
             self.measured[cand.key] = (status, median)
         else:
-            limit = max(config.min_timeout_s, config.timeout_factor * (self.prog.best_s or 0)) \
-                * (2 + self.backend.settings.warmup + self.backend.settings.repeats) \
-                + config.min_timeout_s
+            floor = config.min_timeout_s if config.min_timeout_s is not None \
+                else self.backend.kind.min_timeout_s
+            limit = max(floor, config.timeout_factor * (self.prog.best_s or 0)) \
+                * (2 + self.backend.settings.warmup + self.backend.settings.repeats) + floor
             m = self.backend.measure(cand, limit, self.prog.best_s)
             status, median, error = m.status, m.median_s, m.error
             times, rel_err = m.times, m.rel_err

@@ -44,6 +44,8 @@ class CpuBackendKind:
     name: str = "cpu"
     tile_bounds: TileBounds = TileBounds(1, 256)
     units: str = "cores"
+    # a built-in at full size runs for seconds, and compiles C first
+    min_timeout_s: float = 30.0
 
     def device_spec(self, env: Environment) -> DeviceSpec:
         """The calibrated spec of this machine (``autotune calibrate``), else the defaults

@@ -35,7 +35,7 @@ from search_spaces.gemm import gemm_form
 from search_spaces.partition import groups, materialized
 from search_spaces.workload import Workload
 
-from autotune.backends.base import Arrays, Cutoff
+from autotune.backends.base import Arrays, Cutoff, timed_runs
 from autotune.backends.cuda.codegen import check_limits, generate_cuda
 from autotune.backends.cuda.gemm import GemmCall, Mat, mat3, plan_gemm
 from autotune.backends.cuda.runtime import CupyRuntime
@@ -129,21 +129,23 @@ class CudaPlan:
     def timed_call(self, inputs: dict, warmup: int = 1, repeats: int = 3,
                    check: Callable[[Arrays], bool] | None = None,
                    cutoff: Cutoff = Cutoff()) -> tuple[dict[str, np.ndarray], list[float]]:
-        """(outputs of the first run, device times of ``repeats`` runs in seconds): inputs are
-        uploaded once; the first run (it loads the kernels) is checked and not timed; each
-        run after ``warmup`` untimed ones is timed with CUDA events.  A run takes
-        milliseconds: every repeat is made, whatever ``cutoff`` says."""
+        """(outputs of the first run, device times of the timed runs in seconds): inputs are
+        uploaded once; the first run (it loads the kernels) is checked and not timed; after
+        ``warmup`` untimed runs each run is timed with CUDA events, and the runs stop early as
+        the CPU plan's do (:func:`autotune.backends.base.timed_runs`): a first timed run past
+        the search's give-up factor times its best is the only one."""
         dev = self.upload(inputs)
         outs = {o: self.rt.to_host(a) for o, a in self.run_device(**dev).items()}
         if check is not None and not check(outs):
             return outs, []
         for _ in range(warmup):
             self.run_device(**dev)
-        times = []
-        for _ in range(repeats):
+
+        def run() -> float:
             with self.rt.timer() as t:
                 self.run_device(**dev)
-            times.append(t.seconds)
+            return t.seconds
+        times = timed_runs(run(), run, 0, repeats, cutoff)
         self.rt.synchronize()
         return outs, times
 

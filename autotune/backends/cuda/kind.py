@@ -36,6 +36,8 @@ class CudaBackendKind:
     name: str = "cuda"
     tile_bounds: TileBounds = TileBounds(1, 1024)
     units: str = "SMs"
+    # plans run for milliseconds; NVRTC compiles in about a second
+    min_timeout_s: float = 5.0
 
     def device_spec(self, env: Environment) -> DeviceSpec:
         """The datasheet preset the GPU's name matches (an H100's when none does)."""

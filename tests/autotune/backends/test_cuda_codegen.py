@@ -39,8 +39,10 @@ from search_spaces import builtin_names, load_workload, parse_workload
 from search_spaces.candidate import GroupSchedule, make_candidate
 from search_spaces.plans import NAMED_PLANS, named_plan
 from search_spaces.space import SearchSpace, TileBounds
+from tests.support.skips import GPU_PRESENT_SKIP, GPU_SKIP
 
 NVCC = shutil.which("nvcc")
+NVCC_SKIP = "nvcc not on PATH (the CUDA toolkit; no pip extra brings it)"
 CXX = shutil.which("g++")
 BOUNDS = TileBounds(1, 1024)
 RANDOM_PER_WORKLOAD = 5
@@ -96,7 +98,7 @@ def candidates(w, n_random: int, seed: int = 0):
 
 
 # ---- nvcc: every named plan and a sample of candidates compiles for sm_80 and sm_90 ---------------
-@pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH")
+@pytest.mark.skipif(NVCC is None, reason=NVCC_SKIP)
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_generated_cuda_compiles_with_nvcc(name, tmp_path):
     w = small(name)
@@ -130,31 +132,43 @@ def test_generated_cuda_compiles_with_nvcc(name, tmp_path):
         assert "p0_group_" in syms.stdout or n_kernels == 0
 
 
-def _libnvrtc():
-    """libnvrtc from the nvidia-cuda-nvrtc wheel or the system, loaded; None if absent."""
+def _nvrtc_libraries() -> dict[str, object]:
+    """libnvrtc of each version found, loaded, by version ("12.9"): the pip wheels' layouts
+    (CUDA 12's nvidia-cuda-nvrtc-cu12: nvidia/cuda_nvrtc/lib; CUDA 13's nvidia-cuda-nvrtc:
+    nvidia/cu13/lib) and the system's."""
     import ctypes
     import ctypes.util
     import importlib.util
     paths = []
     spec = importlib.util.find_spec("nvidia")
     for root in (spec.submodule_search_locations or []) if spec else []:
-        paths += sorted(Path(root).glob("cuda_nvrtc/lib/libnvrtc.so*"))
+        for layout in ("cuda_nvrtc/lib", "cu1*/lib"):
+            paths += sorted(Path(root).glob(f"{layout}/libnvrtc.so*"))
     found = ctypes.util.find_library("nvrtc")
+    libs: dict[str, object] = {}
     for p in [str(p) for p in paths if ".alt." not in p.name] + ([found] if found else []):
         try:
-            return ctypes.CDLL(p)
-        except OSError:
+            lib = ctypes.CDLL(p)
+            major, minor = ctypes.c_int(), ctypes.c_int()
+            if lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor)) != 0:
+                continue
+        except (OSError, AttributeError):
             continue
-    return None
+        libs.setdefault(f"{major.value}.{minor.value}", lib)
+    return libs
 
 
-NVRTC = _libnvrtc()
+NVRTC = _nvrtc_libraries()
+NVRTC_PARAMS = [pytest.param(lib, id=f"nvrtc{v}") for v, lib in sorted(NVRTC.items())] or [
+    pytest.param(None, id="nvrtc", marks=pytest.mark.skip(
+        reason="needs libnvrtc (pip install -e '.[nvrtc]', or '.[all]')"))]
 
 
-@pytest.mark.skipif(NVRTC is None, reason="libnvrtc not found (pip install nvidia-cuda-nvrtc-cu12)")
+@pytest.mark.parametrize("nvrtc", NVRTC_PARAMS)
 @pytest.mark.parametrize("name", WORKLOADS)
-def test_generated_cuda_compiles_with_nvrtc(name):
-    """The runtime compiles through NVRTC (cupy.RawModule): the same sources, the same options."""
+def test_generated_cuda_compiles_with_nvrtc(name, nvrtc):
+    """The runtime compiles through NVRTC (cupy.RawModule): the same sources, the same options,
+    with each NVRTC found (CuPy for CUDA 12 and for CUDA 13 each load their own)."""
     import ctypes
     from autotune.backends.cuda.runtime import NVRTC_OPTIONS
     w = small(name)
@@ -162,19 +176,19 @@ def test_generated_cuda_compiles_with_nvrtc(name):
                     for j, c in enumerate(candidates(w, RANDOM_PER_WORKLOAD)))
     for arch in ("sm_80", "sm_90"):
         prog = ctypes.c_void_p()
-        assert NVRTC.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"plans.cu", 0,
+        assert nvrtc.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"plans.cu", 0,
                                         None, None) == 0
         opts = [o.encode() for o in NVRTC_OPTIONS] + [f"--gpu-architecture={arch}".encode()]
-        rc = NVRTC.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+        rc = nvrtc.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
         size = ctypes.c_size_t()
-        NVRTC.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+        nvrtc.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
         log = ctypes.create_string_buffer(size.value)
-        NVRTC.nvrtcGetProgramLog(prog, log)
-        NVRTC.nvrtcDestroyProgram(ctypes.byref(prog))
+        nvrtc.nvrtcGetProgramLog(prog, log)
+        nvrtc.nvrtcDestroyProgram(ctypes.byref(prog))
         assert rc == 0, f"NVRTC ({arch}) rejected {name}:\n{log.value.decode()[:4000]}"
 
 
-@pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH")
+@pytest.mark.skipif(NVCC is None, reason=NVCC_SKIP)
 def test_one_kernel_file_compiles_alone(tmp_path):
     """What `autotune emit` writes per kernel (prelude + kernel) is a complete translation unit."""
     w = small("trimul_outgoing")
@@ -363,7 +377,7 @@ def _cuda_device() -> bool:
         return False
 
 
-@pytest.mark.skipif(_cuda_device(), reason="a GPU is present")
+@pytest.mark.skipif(_cuda_device(), reason=GPU_PRESENT_SKIP)
 def test_emit_best_without_gpu_is_one_line(tmp_path):
     r = CliRunner().invoke(app, ["emit", "--plan", "best", "--device", "cuda", "--out",
                                  str(tmp_path)])
@@ -375,7 +389,7 @@ def test_emit_best_without_gpu_is_one_line(tmp_path):
 @pytest.fixture(scope="module")
 def gpu():
     if not _cuda_device():
-        pytest.skip("needs CuPy and a CUDA device")
+        pytest.skip(GPU_SKIP)
     from autotune.backends.cuda.runtime import CupyRuntime
     return CupyRuntime()
 

@@ -10,7 +10,8 @@ import pytest
 
 from autotune.backends.base import Measurement, MeasureSettings, timed_runs
 from autotune.backends.factory import backend_kind
-from autotune.backends.fake import FakeBackend, timeout_error
+from autotune.backends.fake import FakeBackend
+from autotune.backends.worker import timeout_message
 from autotune.backends.replay import NOT_RECORDED, ReplayBackend, recorded_measurements
 from costmodel import estimate
 from costmodel.devices import CPU_DEFAULT
@@ -103,7 +104,7 @@ def test_fake_times_out_past_the_limit_warmups_included(w, plans):
     fake = FakeBackend(w, CPU_DEFAULT, sigma=0.0, settings=MeasureSettings(warmup=2, repeats=3))
     assert fake.measure(cand, 5.5 * pred, None).status == "ok"        # 5 runs in all
     assert fake.measure(cand, 4.5 * pred, None) == Measurement(
-        "failed", error=timeout_error(4.5 * pred))
+        "failed", error=timeout_message(4.5 * pred))
 
 
 def test_fake_scripted_failures_and_hangs(w, plans):

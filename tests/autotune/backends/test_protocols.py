@@ -152,9 +152,11 @@ def test_cuda_plan_checks_its_first_run_and_releases(cpu_case):
     plan = CudaPlan(w, cand, cache, runtime=HostEmulator(threads=2))
     outs, times = plan.timed_call(inputs, 1, 3, check=lambda o: False)
     assert times == [] and not verify(outs, ref, w.rtol)[1]
+    outs, times = plan.timed_call(inputs, 0, 2, check=lambda o: True)
+    assert len(times) == 2                               # no best yet: every repeat
     outs, times = plan.timed_call(inputs, 0, 2, check=lambda o: True,
                                   cutoff=Cutoff(1e-12, 1.15, 1.05))
-    assert len(times) == 2                               # device runs: every repeat
+    assert len(times) == 1                               # far off the best: one run tells
     plan.release()
     assert plan.storage == {} and plan.logical == {}
 
@@ -204,7 +206,7 @@ def test_worker_reply_carries_the_measurement_and_the_pooled_bytes(cpu_case):
     settings = MeasureSettings(repeats=1)
     assert h.measure(cand, settings, 10, 0.25) == m
     assert h.pooled_bytes == 4096
-    assert h.conn.sent == [MeasureRequest(cand, settings, 0.25)]
+    assert h.conn.sent == [MeasureRequest(cand, settings, 0.25, 10)]
 
 
 def test_worker_error_after_start_is_a_failed_measurement(cpu_case):

@@ -16,6 +16,7 @@ from autotune.bench.runners import Runner
 from autotune.bench.table import format_table
 from autotune.report.plots import rankdata, spearman_rho
 from search_spaces import load_workload
+from tests.support.skips import require
 
 DIMS = {"N": 12, "C": 8}
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -28,7 +29,7 @@ def tiny():
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory):
     """One bench run that searches first (budget 4) into a fresh database."""
-    pytest.importorskip("jax")
+    require("jax")
     root = tmp_path_factory.mktemp("bench")
     db = root / "plans.sqlite"
     res = run_bench(tiny(), "cpu", peers=("jax", "torch"), rounds=2, db=db, search_budget=4,
@@ -127,9 +128,9 @@ def test_wrong_and_failing_contenders_are_reported_not_timed(searched, monkeypat
 
 
 def test_iree_peer_matches_reference():
-    pytest.importorskip("jax")
-    pytest.importorskip("iree.compiler")
-    pytest.importorskip("iree.runtime")
+    require("jax")
+    require("iree.compiler")
+    require("iree.runtime")
     from autotune.backends.base import verify
     from autotune.reference import reference
     w = tiny()
@@ -159,7 +160,7 @@ def test_ranks_average_ties():
 
 # ---- plots -------------------------------------------------------------------------------------
 def test_plots_are_non_empty_pngs(searched, tmp_path):
-    pytest.importorskip("matplotlib")
+    require("matplotlib")
     from autotune.report.plots import plot_all, plot_bench
     res, db, root = searched
     written = plot_all(tiny(), tmp_path / "plots", db=db, results_dir=root / "results")
@@ -173,7 +174,7 @@ def test_plots_are_non_empty_pngs(searched, tmp_path):
 
 
 def test_plot_without_trials_is_an_error(tmp_path):
-    pytest.importorskip("matplotlib")
+    require("matplotlib")
     from autotune.report.plots import PlotError, plot_all
     with pytest.raises(PlotError, match="autotune search"):
         plot_all(tiny(), tmp_path / "p", db=tmp_path / "empty.sqlite")
@@ -195,7 +196,7 @@ def test_cli_bench_and_plot(searched, tmp_path):
     assert r.exit_code == 1 and "--search-budget" in r.output
     r = runner.invoke(app, ["bench", "--peers", "jax,tvm", "--dims", "N=12,C=8"])
     assert r.exit_code == 1 and "unknown peer 'tvm'" in r.output
-    pytest.importorskip("matplotlib")
+    require("matplotlib")
     r = runner.invoke(app, ["plot", "trimul_outgoing", "--dims", "N=12,C=8", "--db", str(db),
                             "--results", str(tmp_path / "res"), "--out", str(tmp_path / "p")])
     assert r.exit_code == 0, r.output

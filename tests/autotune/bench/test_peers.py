@@ -5,7 +5,9 @@ import warnings
 import numpy as np
 import pytest
 
-pytest.importorskip("jax")
+from tests.support.skips import require
+
+require("jax")
 
 import autotune  # noqa: E402
 from autotune.backends.base import relative_error  # noqa: E402
@@ -100,7 +102,7 @@ def test_missing_framework_is_one_clear_error(monkeypatch, builder, module):
 
 @pytest.mark.parametrize("name", builtin_names())
 def test_torch_peer_matches_reference(name):
-    pytest.importorskip("torch")
+    require("torch")
     w = small(name)
     errs = errors(w, lambda **x: {k: v.numpy() for k, v in torch_function(w)(**x).items()})
     assert all(e <= w.rtol for e in errs.values()), errs

@@ -15,7 +15,9 @@ import sys
 import numpy as np
 import pytest
 
-pytest.importorskip("iree.compiler")
+from tests.support.skips import require
+
+require("iree.compiler")
 
 from typer.testing import CliRunner  # noqa: E402
 
@@ -43,7 +45,7 @@ SMALL = {
 
 def linalg_of_builtin(name: str) -> tuple:
     """The built-in at small dims, and its JAX peer lowered to linalg on tensors by IREE."""
-    jax = pytest.importorskip("jax")
+    jax = require("jax")
     from iree.compiler.tools import compile_str
 
     from autotune.bench.peers import jax_function

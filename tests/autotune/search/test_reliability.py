@@ -7,11 +7,13 @@ tests still take a minute or more each on a 2-core machine, so they are marked s
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import optuna
@@ -22,6 +24,7 @@ from autotune.cli.app import app
 from autotune.search.storage import open_storage
 from autotune.search.shared import _create_study_once
 from tests.support import load_script
+from tests.support.skips import extra_reason
 
 reliability = load_script("reliability")
 
@@ -82,6 +85,9 @@ def test_study_is_created_once(tmp_path, kind):
     assert [s.study_name for s in optuna.get_all_study_summaries(storage)] == ["s", "s:budget=5"]
 
 
+POSTGRES_ENV = "AUTOTUNE_TEST_POSTGRES"     # a server's URL (.ci/run starts one and sets it)
+
+
 def _postgres_bin() -> Path | None:
     for root in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
         if (root / "initdb").exists() and (root / "pg_ctl").exists():
@@ -90,18 +96,14 @@ def _postgres_bin() -> Path | None:
     return Path(found).parent if found and (Path(found).parent / "initdb").exists() else None
 
 
-@pytest.mark.slow
-def test_workers_share_one_study_through_postgresql():
-    """Where a PostgreSQL server and a driver are installed: start one on a Unix socket in a
-    temp folder (as the postgres user when we are root: the server refuses to run as root),
-    then the same three-worker check through it."""
+@contextlib.contextmanager
+def _own_postgres():
+    """A PostgreSQL server on a Unix socket in a temp folder (as the postgres user when we are
+    root: the server refuses to run as root); yields its URL, stops and removes it after."""
     bin_ = _postgres_bin()
     if bin_ is None:
-        pytest.skip("no PostgreSQL server installed (apt-get install postgresql)")
-    try:
-        import psycopg2  # noqa: F401
-    except ImportError:
-        pytest.skip("no PostgreSQL driver (pip install psycopg2-binary)")
+        pytest.skip(f"needs a PostgreSQL server: apt-get install postgresql, or set "
+                    f"{POSTGRES_ENV} to a server's URL")
     as_user: list[str] = []
     folder = Path(tempfile.mkdtemp(prefix="autotune-pg-"))
     try:
@@ -131,18 +133,54 @@ def test_workers_share_one_study_through_postgresql():
         if r.returncode != 0:
             pytest.skip(f"postgres did not start: {r.stderr.strip()[:200]}")
         try:
-            subprocess.run([str(bin_ / "createdb"), "-h", str(folder / "sock"), "-p", port,
-                            "-U", "at", "optuna"], check=True, timeout=60)
-            url = f"postgresql+psycopg2://at@/optuna?host={folder / 'sock'}&port={port}"
-            work = folder / "work"
-            work.mkdir()
-            figures = reliability.shared(work, workers=3, budget=8, log=lambda *a: None,
-                                         storage=url)
-            assert figures["optuna_trials"] == figures["plan_db_rows"] == 8
-            assert figures["duplicates"] == 0 and figures["lost"] == 0
-            assert sum(figures["trials_per_worker"]) == 8
+            yield f"postgresql+psycopg2://at@/postgres?host={folder / 'sock'}&port={port}"
         finally:
             subprocess.run(as_user + [str(bin_ / "pg_ctl"), "-D", str(folder / "data"), "-m",
                                       "immediate", "stop"], capture_output=True, timeout=120)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _fresh_database(server_url: str):
+    """A new database on the server for one test, dropped afterwards; yields its URL."""
+    import sqlalchemy
+    url = sqlalchemy.engine.make_url(server_url)
+    name = f"autotune_test_{os.getpid()}_{int(time.time() * 1000) % 10**8}"
+    admin = sqlalchemy.create_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as con:
+            con.execute(sqlalchemy.text(f'CREATE DATABASE "{name}"'))
+        try:
+            yield url.set(database=name).render_as_string(hide_password=False)
+        finally:
+            with admin.connect() as con:
+                con.execute(sqlalchemy.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        admin.dispose()
+
+
+@pytest.fixture
+def postgres_url():
+    """A fresh database on the server named by $AUTOTUNE_TEST_POSTGRES, else on a server
+    started here for the test."""
+    try:
+        import psycopg2  # noqa: F401
+    except ImportError:
+        pytest.skip(extra_reason("psycopg2"))
+    server = os.environ.get(POSTGRES_ENV)
+    with (contextlib.nullcontext(server) if server else _own_postgres()) as url:
+        with _fresh_database(url) as db_url:
+            yield db_url
+
+
+@pytest.mark.slow
+def test_workers_share_one_study_through_postgresql(postgres_url, tmp_path):
+    """Three `autotune search` processes on one study through the server: exactly the budget
+    run, none twice, each trial in the plan database (bench/reliability.py's shared check)."""
+    figures = reliability.shared(tmp_path, workers=3, budget=8, log=lambda *a: None,
+                                 storage=postgres_url)
+    assert figures["optuna_trials"] == figures["plan_db_rows"] == 8
+    assert figures["distinct_numbers"] == 8
+    assert figures["duplicates"] == 0 and figures["lost"] == 0
+    assert sum(figures["trials_per_worker"]) == 8

@@ -38,6 +38,7 @@ from search_spaces.candidate import Candidate
 from search_spaces.plans import named_plan
 from search_spaces.space import SearchSpace
 
+from tests.support.skips import GPU_PRESENT_SKIP
 
 DIMS = {"N": 16, "C": 8}
 DIMS_CLI = "N=16,C=8"
@@ -330,7 +331,7 @@ def test_cli_show_best_empty_db_is_one_line_error(tmp_path):
 def test_cli_search_device_cuda_without_gpu_is_one_line_error(tmp_path):
     try:
         detect("cuda")
-        pytest.skip("a GPU is usable here")
+        pytest.skip(GPU_PRESENT_SKIP)
     except NoGPUError:
         pass
     r = runner.invoke(app, ["search", "trimul_outgoing", "--dims", DIMS_CLI, "--budget", "2",

@@ -10,7 +10,8 @@ import pytest
 import autotune.search.proposals as proposals
 import autotune.search.state as state
 from autotune.backends.factory import backend_kind
-from autotune.backends.fake import FakeBackend, timeout_error
+from autotune.backends.fake import FakeBackend
+from autotune.backends.worker import timeout_message
 from autotune.search.proposals import MODEL_MARGIN, model_favourites
 from autotune.search.state import memory_error
 from costmodel.model import memory_bytes
@@ -194,7 +195,7 @@ def test_failures_are_recorded_as_failed_and_the_search_finishes(w, space, fresh
     runs = 2 + backend.settings.warmup + backend.settings.repeats
     for _, timeout_s, best_s in backend.calls:
         assert timeout_s == pytest.approx(max(3, 10 * (best_s or 0)) * runs + 3)
-    assert rows[2].error == timeout_error(3 * runs + 3)     # nothing measured before it
+    assert rows[2].error == timeout_message(3 * runs + 3)     # nothing measured before it
     assert any(best_s for _, _, best_s in backend.calls)
     keys = measured_keys(backend)
     assert len(keys) == len(set(keys))         # a failed candidate is not measured again

@@ -1,0 +1,89 @@
+"""bench/gpu_check.sh --dry-run: every stage of the GPU check on the CPU (the host emulator
+standing in for the device, small dims), its log, summary JSON, plan database and timing JSON
+written into $OUT as the GPU run writes them; and a run stopped half-way still reports."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.support import ROOT
+from tests.support.skips import require
+
+SCRIPT = ROOT / "bench" / "gpu_check.sh"
+# what the device tool brings back: at most 8 files of at most 16 MB, names of these characters
+MAX_FILES, MAX_BYTES = 8, 16 << 20
+STAGES = ["wheels", "probe", "tests", "search", "timing"]
+
+
+def env_for(out) -> dict:
+    env = dict(os.environ, OUT=str(out), PYTHON=sys.executable)
+    env.pop("AUTOTUNE_DB", None)
+    return env
+
+
+@pytest.mark.slow
+def test_dry_run_writes_its_files_into_out(tmp_path):
+    require("jax")                        # the timing stage's XLA peer
+    out = tmp_path / "out"
+    t0 = time.monotonic()
+    r = subprocess.run(["bash", str(SCRIPT), "--dry-run"], cwd=tmp_path, env=env_for(out),
+                       capture_output=True, text=True, timeout=600)
+    took = time.monotonic() - t0
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    files = sorted(p.name for p in out.iterdir())
+    assert len(files) <= MAX_FILES and all((out / f).stat().st_size < MAX_BYTES for f in files)
+    assert {"gpu_check-dryrun.log", "gpu_check-dryrun.json", "plans-dryrun.sqlite"} <= set(files)
+    assert [f for f in files if f.startswith("gpu_trimul-") and f.endswith(".json")], files
+
+    summary = json.loads((out / "gpu_check-dryrun.json").read_text())
+    assert summary["dry_run"] and summary["tag"] == "dryrun"
+    assert [s["stage"] for s in summary["stages"]] == STAGES
+    assert all(s["status"] == "ok" and s["seconds"] <= s["limit_s"] for s in summary["stages"])
+    assert sum(s["limit_s"] for s in summary["stages"]) <= summary["limit_s"] + 60
+    assert summary["best"] and summary["best"][0]["measured_s"] > 0
+
+    log = (out / "gpu_check-dryrun.log").read_text()
+    assert log.strip().splitlines()[-1] == r.stdout.strip().splitlines()[-1]   # all of it
+    for n in range(1, 9):                 # a plain progress line per trial (stdout is a pipe)
+        assert f"trial {n}/8 " in log, log[-3000:]
+    assert "== end " in log.splitlines()[-1] and "exit 0" in log.splitlines()[-1]
+
+    with sqlite3.connect(out / "plans-dryrun.sqlite") as con:
+        assert con.execute("SELECT count(*) FROM trials").fetchone()[0] == 8
+    timing = json.loads(next(out.glob("gpu_trimul-*.json")).read_text())
+    assert timing["emulated"] and timing["contenders"]["xla-highest"]["status"] == "ok"
+    assert timing["search"]["trials"]                 # it read the search's plans
+    assert took < 150, f"the dry run took {took:.0f} s (it must fit in 2 minutes)"
+
+
+def test_interrupted_run_still_reports(tmp_path):
+    """SIGTERM during the tests stage: the stage is stopped, and the log and the summary of
+    the stages so far are in $OUT."""
+    out = tmp_path / "out"
+    p = subprocess.Popen(["bash", str(SCRIPT), "--dry-run"], cwd=tmp_path, env=env_for(out),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        log = out / "gpu_check-dryrun.log"
+        deadline = time.monotonic() + 120
+        while not (log.exists() and "== tests (limit" in log.read_text()):
+            assert p.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        p.send_signal(signal.SIGTERM)
+        stdout, _ = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130, stdout[-3000:]
+    summary = json.loads((out / "gpu_check-dryrun.json").read_text())
+    assert [s["stage"] for s in summary["stages"]] == ["wheels", "probe"]
+    text = log.read_text()
+    assert "interrupted: stopping the running stage" in text
+    assert text.strip().splitlines()[-1].startswith("== end ") and "exit 130" in text
