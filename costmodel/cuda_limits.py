@@ -1,6 +1,6 @@
 """Shared-memory use of a candidate's CUDA kernels, and whether it fits the device.  Pure, no I/O.
 
-The CUDA backend (``autotune/codegen_cuda.py``) runs each loop group as one kernel with one
+The CUDA backend (``autotune/backends/cuda/codegen.py``) runs each loop group as one kernel with one
 thread block per anchor tile; every member other than the anchor is held in dynamic shared
 memory over its footprint (one row-major buffer per member, each starting on a 16-byte
 boundary).  A tile whose footprints do not fit the device's per-block limit cannot launch: the

@@ -42,7 +42,7 @@ def search(w: Workload, space: SearchSpace, backend, db: PlanDB, key: PlanKey, d
     ``memory_available()`` -> bytes (or None: unknown): a candidate whose predicted memory
     (costmodel.memory_bytes) exceeds it is recorded failed without running.  With
     ``config.storage`` the trials live in a shared Optuna study that other workers (other
-    processes, other machines) run at the same time; see :func:`_search_shared`.
+    processes, other machines) run at the same time; see :func:`autotune.search.shared.search_shared`.
     """
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
