@@ -18,7 +18,7 @@
 #     OUT=/tmp/dry bash bench/gpu_check.sh --dry-run
 #
 # runs every stage on this machine's CPU instead (the host emulator stands in for the GPU, small
-# dims) and writes the same files into $OUT with <gpu> = dryrun: tests/bench/test_gpu_check.py
+# dims) and writes the same files into $OUT with <gpu> = dryrun: tests/autotune/bench/test_gpu_check.py
 # runs it in CI.  Without OUT the files go to bench/results/.
 #
 # The machine's image has cupy-cuda13x, jax, torch, triton, typer and numpy, no network:
