@@ -29,6 +29,7 @@ SMALL_DIMS = {
     "msa_row_attention": {"S": 4, "N": 8, "Cm": 8, "Cz": 8, "H": 2, "D": 4},
     "pair_transition": {"N": 8, "C": 8, "F": 32},
     "gelu_mlp": {"T": 16, "C": 16, "F": 64},
+    "causal_attention": {"S": 16, "H": 2, "D": 8, "C": 16},
 }
 
 

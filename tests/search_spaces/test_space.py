@@ -45,7 +45,8 @@ SMALL = {"trimul_outgoing": {"N": 12, "C": 8}, "trimul_incoming": {"N": 12, "C":
          "triangle_attention_ending": {"N": 10, "C": 8, "H": 2, "D": 4},
          "msa_row_attention": {"S": 6, "N": 10, "Cm": 8, "Cz": 12, "H": 2, "D": 4},
          "pair_transition": {"N": 10, "C": 8, "F": 32},
-         "gelu_mlp": {"T": 12, "C": 8, "F": 32}}
+         "gelu_mlp": {"T": 12, "C": 8, "F": 32},
+         "causal_attention": {"S": 12, "H": 2, "D": 4, "C": 8}}
 
 
 def small(name: str, space: str = ""):

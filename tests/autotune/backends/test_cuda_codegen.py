@@ -54,7 +54,8 @@ SMALL = {"trimul_outgoing": {"N": 12, "C": 8}, "trimul_incoming": {"N": 12, "C":
          "triangle_attention_ending": {"N": 6, "C": 8, "H": 2, "D": 4},
          "msa_row_attention": {"S": 3, "N": 6, "Cm": 8, "Cz": 4, "H": 2, "D": 4},
          "pair_transition": {"N": 6, "C": 8, "F": 32},
-         "gelu_mlp": {"T": 16, "C": 16, "F": 64}}
+         "gelu_mlp": {"T": 16, "C": 16, "F": 64},
+         "causal_attention": {"S": 16, "H": 2, "D": 8, "C": 16}}
 
 KITCHEN = '''name = "kitchen"
 summary = "every function, max=, powers and a contraction, in float64"

@@ -46,6 +46,7 @@ SMALL = {
     "msa_row_attention": {"S": 2, "N": 8, "Cm": 8, "Cz": 4, "H": 2, "D": 4},
     "pair_transition": {"N": 4, "C": 8, "F": 32},
     "gelu_mlp": {"T": 8, "C": 8, "F": 32},
+    "causal_attention": {"S": 8, "H": 2, "D": 4, "C": 16},
 }
 
 
@@ -127,7 +128,9 @@ def test_trimul_outgoing_round_trips_through_iree(trimul_linalg, tmp_path):
 @pytest.mark.parametrize("name", ["trimul_incoming", "gated_mlp", "attention",
                                   "outer_product_mean", "triangle_attention_starting",
                                   "triangle_attention_ending", "msa_row_attention",
-                                  "pair_transition", "gelu_mlp"])
+                                  "pair_transition", "gelu_mlp",
+                                  pytest.param("causal_attention", marks=pytest.mark.skip(
+                                      reason="needs where()"))])
 def test_other_builtins_round_trip_through_iree(name):
     w, linalg = linalg_of_builtin(name)
     imported = parse_workload(import_mlir(linalg, f"{name}.mlir"), "imported.toml")
