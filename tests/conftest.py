@@ -24,6 +24,12 @@ SMALL_DIMS = {
     "attention": {"S": 16, "H": 2, "D": 8, "C": 16},
     "gated_mlp": {"T": 16, "C": 16, "F": 32},
     "outer_product_mean": {"S": 8, "N": 8, "C": 8, "E": 4, "Z": 8},
+    "triangle_attention_starting": {"N": 8, "C": 8, "H": 2, "D": 4},
+    "triangle_attention_ending": {"N": 8, "C": 8, "H": 2, "D": 4},
+    "msa_row_attention": {"S": 4, "N": 8, "Cm": 8, "Cz": 8, "H": 2, "D": 4},
+    "pair_transition": {"N": 8, "C": 8, "F": 32},
+    "gelu_mlp": {"T": 16, "C": 16, "F": 64},
+    "causal_attention": {"S": 16, "H": 2, "D": 8, "C": 16},
 }
 
 

@@ -17,7 +17,13 @@ from search_spaces.loader import builtin_text
 SMALL = {"trimul_outgoing": {"N": 8, "C": 4}, "trimul_incoming": {"N": 8, "C": 4},
          "attention": {"S": 6, "H": 2, "D": 3, "C": 5},
          "gated_mlp": {"T": 4, "C": 6, "F": 10},
-         "outer_product_mean": {"S": 3, "N": 5, "C": 6, "E": 2, "Z": 7}}
+         "outer_product_mean": {"S": 3, "N": 5, "C": 6, "E": 2, "Z": 7},
+         "triangle_attention_starting": {"N": 5, "C": 6, "H": 2, "D": 3},
+         "triangle_attention_ending": {"N": 5, "C": 6, "H": 2, "D": 3},
+         "msa_row_attention": {"S": 3, "N": 5, "Cm": 6, "Cz": 4, "H": 2, "D": 3},
+         "pair_transition": {"N": 5, "C": 4, "F": 16},
+         "gelu_mlp": {"T": 4, "C": 6, "F": 10},
+         "causal_attention": {"S": 6, "H": 2, "D": 3, "C": 5}}
 
 
 def small(name: str):

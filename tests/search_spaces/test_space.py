@@ -40,7 +40,13 @@ FORK = ("a[i,j] = exp(x[i,j])\n"
 SMALL = {"trimul_outgoing": {"N": 12, "C": 8}, "trimul_incoming": {"N": 12, "C": 8},
          "attention": {"S": 12, "H": 2, "D": 4, "C": 8},
          "gated_mlp": {"T": 12, "C": 8, "F": 16},
-         "outer_product_mean": {"S": 6, "N": 10, "C": 8, "E": 4, "Z": 8}}
+         "outer_product_mean": {"S": 6, "N": 10, "C": 8, "E": 4, "Z": 8},
+         "triangle_attention_starting": {"N": 10, "C": 8, "H": 2, "D": 4},
+         "triangle_attention_ending": {"N": 10, "C": 8, "H": 2, "D": 4},
+         "msa_row_attention": {"S": 6, "N": 10, "Cm": 8, "Cz": 12, "H": 2, "D": 4},
+         "pair_transition": {"N": 10, "C": 8, "F": 32},
+         "gelu_mlp": {"T": 12, "C": 8, "F": 32},
+         "causal_attention": {"S": 12, "H": 2, "D": 4, "C": 8}}
 
 
 def small(name: str, space: str = ""):

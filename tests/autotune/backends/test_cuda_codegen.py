@@ -49,7 +49,13 @@ RANDOM_PER_WORKLOAD = 5
 SMALL = {"trimul_outgoing": {"N": 12, "C": 8}, "trimul_incoming": {"N": 12, "C": 8},
          "attention": {"S": 16, "H": 2, "D": 8, "C": 16},
          "gated_mlp": {"T": 16, "C": 16, "F": 32},
-         "outer_product_mean": {"S": 6, "N": 8, "C": 8, "E": 4, "Z": 8}}
+         "outer_product_mean": {"S": 6, "N": 8, "C": 8, "E": 4, "Z": 8},
+         "triangle_attention_starting": {"N": 6, "C": 8, "H": 2, "D": 4},
+         "triangle_attention_ending": {"N": 6, "C": 8, "H": 2, "D": 4},
+         "msa_row_attention": {"S": 3, "N": 6, "Cm": 8, "Cz": 4, "H": 2, "D": 4},
+         "pair_transition": {"N": 6, "C": 8, "F": 32},
+         "gelu_mlp": {"T": 16, "C": 16, "F": 64},
+         "causal_attention": {"S": 16, "H": 2, "D": 8, "C": 16}}
 
 KITCHEN = '''name = "kitchen"
 summary = "every function, max=, powers and a contraction, in float64"

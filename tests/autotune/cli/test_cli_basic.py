@@ -37,7 +37,8 @@ def test_workloads_json_lists_every_builtin_with_dims_and_summary():
         assert row["dims"] == load_workload(row["name"]).dim_dict
         assert isinstance(row["summary"], str) and row["summary"]
     assert {"trimul_outgoing", "trimul_incoming", "attention", "gated_mlp",
-            "outer_product_mean"} <= {row["name"] for row in rows}
+            "outer_product_mean", "triangle_attention_starting", "triangle_attention_ending",
+            "msa_row_attention", "pair_transition", "gelu_mlp"} <= {row["name"] for row in rows}
 
 
 def test_workloads_bad_format():
