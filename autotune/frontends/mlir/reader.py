@@ -6,7 +6,7 @@ import math
 import re
 from dataclasses import replace
 
-from search_spaces.ir import Access, Const, Expr, accesses
+from search_spaces.ir import Access, Const, Expr, accesses, conditions
 
 from autotune.frontends.mlir.attributes import arg_name, float_attr, isa, short, str_attr
 from autotune.frontends.mlir.body import BodyReader, split_accumulator
@@ -245,6 +245,10 @@ class FunctionReader:
                     expr, combiner, init, known_line=known_line)
         reads = [a for a in accesses(expr)]
         if not reads and (init is None or isinstance(init, Const)):
+            if conditions(expr):
+                raise err(op, "a body that reads no tensor but compares indices (a mask from "
+                              "linalg.index alone) is not supported: pass the mask as an "
+                              "argument, or select inside the generic that reads the data")
             value = g.constant_value()
             if value is None:
                 raise err(op, "cannot fold this constant computation")
