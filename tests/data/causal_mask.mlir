@@ -1,7 +1,7 @@
 // Causal attention for one head, as a compiler writes it with the mask in the bodies:
 // arith.cmpi on linalg.index values feeding arith.select (the workload language's
 // where(COND, A, B)).  The scores are masked to -1e30 above the diagonal (j > i); the
-// exponentials are zeroed there again through an index sum (i < j + 1 is false), and the
+// exponentials are zeroed there again through an index sum (j < i + 1 is false), and the
 // weighted sum of v masks its own reduction index (j - 1 < i, compared after an index_cast to
 // i64), so every form of condition the importer reads appears once.
 #qk_q = affine_map<(i, j, d) -> (i, d)>
@@ -55,8 +55,8 @@ func.func @causal(%q: tensor<8x4xf32>, %k: tensor<8x4xf32>, %v: tensor<8x4xf32>)
   ^bb0(%x: f32, %mx: f32, %unused: f32):
     %i = linalg.index 0 : index
     %j = linalg.index 1 : index
-    %j1 = arith.addi %j, %c1 : index
-    %below = arith.cmpi slt, %i, %j1 : index
+    %i1 = arith.addi %i, %c1 : index
+    %below = arith.cmpi slt, %j, %i1 : index
     %d = arith.subf %x, %mx : f32
     %e = math.exp %d : f32
     %y = arith.select %below, %e, %zero : f32
