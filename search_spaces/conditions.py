@@ -46,6 +46,15 @@ class IndexExpr:
     def renamed(self, mapping: dict[str, str]) -> "IndexExpr":
         return IndexExpr(tuple((mapping[i], c) for i, c in self.terms), self.offset)
 
+    def substituted(self, fn: Callable[[str], "IndexExpr"]) -> "IndexExpr":
+        """Each index ``i`` replaced by the index expression ``fn(i)``."""
+        terms, offset = [], self.offset
+        for i, c in self.terms:
+            y = fn(i)
+            terms += [(j, c * k) for j, k in y.terms]
+            offset += c * y.offset
+        return index_expr(terms, offset)
+
     def over(self, index: Callable[[str], object]):
         """The value with each index given by ``index(name)`` (an int or an integer array)."""
         value = self.offset
@@ -78,6 +87,9 @@ class Condition:
 
     def renamed(self, mapping: dict[str, str]) -> "Condition":
         return Condition(self.op, self.lhs.renamed(mapping), self.rhs.renamed(mapping))
+
+    def substituted(self, fn: Callable[[str], IndexExpr]) -> "Condition":
+        return Condition(self.op, self.lhs.substituted(fn), self.rhs.substituted(fn))
 
     def over(self, index: Callable[[str], object]):
         """The condition with each index given by ``index(name)``: a bool for ints, a boolean

@@ -10,7 +10,7 @@ from search_spaces.ir import Access, Binary, Call, Const, Expr, Pow, Select, Una
 
 from autotune.frontends.mlir.attributes import isa, short
 from autotune.frontends.mlir.expressions import fold, slot
-from autotune.frontends.mlir.indices import ARITHMETIC, CASTS, as_index, combine, compare, dim_name
+from autotune.frontends.mlir.indices import ARITHMETIC, CASTS, arithmetic, as_index, compare, dim_name
 from autotune.frontends.mlir.source import MlirSource
 
 _BINARY = {"arith.addf": "+", "arith.subf": "-", "arith.mulf": "*", "arith.divf": "/"}
@@ -31,13 +31,19 @@ class BodyReader:
     def __init__(self, ir, source: MlirSource, outer):
         self._ir, self._source, self._outer = ir, source, outer
 
-    def expression(self, op, n_ins: int, is_map: bool) -> Expr:
-        """What the body of ``op`` (with ``n_ins`` inputs) yields, over ``%in``/``%out`` slots."""
+    def expression(self, op, n_ins: int, is_map: bool, symbols=None, symbolic: bool = False):
+        """What the body of ``op`` (with ``n_ins`` inputs) yields, over ``%in``/``%out`` slots.
+
+        ``symbols``: input number -> the index expression or condition a symbolic input holds
+        (over ``linalg.index`` placeholders); ``symbolic``: the result is an integer or i1
+        tensor, so the body yields an index expression or condition, not an Expr."""
         o = op.operation
         block = o.regions[0].blocks[0]
         env = {}
         for k, arg in enumerate(block.arguments):
             env[arg] = slot("in", k) if k < n_ins else slot("out", k - n_ins)
+            if symbols and k in symbols:
+                env[arg] = symbols[k]
         if len(block.arguments) not in ((n_ins, n_ins + 1) if is_map else (n_ins + 1,)):
             raise self._source.op_error(op, f"'{o.name}' with an unexpected number of block "
                                            f"arguments")
@@ -46,6 +52,9 @@ class BodyReader:
             yielded = self._op(bop, env)
         if yielded is None or len(yielded) != 1:
             raise self._source.op_error(op, "linalg.generic must yield one value")
+        if not symbolic and isinstance(yielded[0], (IndexExpr, Condition)):
+            raise self._source.op_error(op, "linalg.generic yields an index or a comparison into "
+                                           "a float tensor")
         return yielded[0]
 
     def _op(self, bop, env):
@@ -82,7 +91,7 @@ class BodyReader:
         def put(e):
             env[o.results[0]] = fold(e)
         if name == "linalg.yield":
-            return [num(k) for k in range(len(o.operands))]
+            return [arg(k) for k in range(len(o.operands))]
         if self._index_op(bop, env, index, num):
             return None
         if name in _BINARY:
@@ -129,7 +138,10 @@ class BodyReader:
         elif name in CASTS:
             env[o.results[0]] = index(0)
         elif name in ARITHMETIC:
-            env[o.results[0]] = combine(name, index(0), index(1))
+            value = arithmetic(name, index(0), index(1))
+            if value is None:
+                raise self._source.op_error(bop, "a product of two indices is not supported")
+            env[o.results[0]] = value
         elif name == "arith.cmpi":
             cond = compare(int(ir.IntegerAttr(o.attributes["predicate"]).value), index(0),
                            index(1))

@@ -22,6 +22,7 @@ require("iree.compiler")
 from typer.testing import CliRunner  # noqa: E402
 
 from tests.support import DATA  # noqa: E402
+from tests.support.where import causal  # noqa: E402
 
 import autotune  # noqa: E402
 from autotune.cli.app import app  # noqa: E402
@@ -45,11 +46,15 @@ SMALL = {
 
 def linalg_of_builtin(name: str) -> tuple:
     """The built-in at small dims, and its JAX peer lowered to linalg on tensors by IREE."""
+    return linalg_of(load_workload(name, SMALL[name]))
+
+
+def linalg_of(w) -> tuple:
+    """``w``, and its JAX peer lowered to linalg on tensors by IREE."""
     jax = require("jax")
     from iree.compiler.tools import compile_str
 
     from autotune.bench.peers import jax_function
-    w = load_workload(name, SMALL[name])
     fn = jax_function(w, precision="highest")
     names = w.input_names
 
@@ -236,6 +241,17 @@ def test_causal_mask_from_index_comparisons():
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
 
 
+def test_causal_attention_round_trips_through_iree():
+    """jnp.where on iota comparisons, as IREE lowers it: an i32 iota, reshaped, broadcast,
+    offset and compared into i1 tensors that later generics select with (and a float mask that
+    reads no data): the conditions come back as where() in the statements that read them."""
+    w, linalg = linalg_of(causal({"S": 8, "H": 2, "D": 4, "C": 16}))
+    assert "linalg.index" in linalg and "xi1>" in linalg and "arith.cmpi" in linalg
+    toml = import_mlir(linalg, "causal.mlir")
+    assert toml.count("where(") == 3, toml
+    same_reference(w, parse_workload(toml, "imported.toml"))
+
+
 def _causal_edit(old: str, new: str) -> tuple[str, int]:
     """causal_mask.mlir with its first line holding ``old`` replaced; (text, that line)."""
     lines = (DATA / "causal_mask.mlir").read_text().split("\n")
@@ -269,8 +285,13 @@ def test_index_comparison_errors_name_their_line(old, new, needle, at):
     assert msg.startswith(f"c.mlir:{line + at}:"), msg
 
 
-def test_a_mask_from_indices_alone_is_refused():
+def test_a_reduction_of_numbers_selected_by_index_alone_is_refused():
+    """t = where(j <= i, 0.5, -1e30) reads no data: it is inlined into its readers, but the row
+    max over it is a reduction the language cannot write (its index is bound by no read)."""
     text, _ = _causal_edit("%y = arith.select %keep, %x, %big : f32",
-                           "%y = arith.select %keep, %zero, %big : f32")
-    with pytest.raises(MlirImportError, match="compares indices"):
+                           "%y = arith.select %keep, %scale, %big : f32")
+    lines = text.split("\n")
+    line = next(n for n, l in enumerate(lines, 1) if "%m = linalg.generic" in l)
+    with pytest.raises(MlirImportError, match=rf"^c\.mlir:{line}:\d+: error: a reduction of "
+                                              rf"numbers selected by index comparisons"):
         import_mlir(text, "c.mlir")
