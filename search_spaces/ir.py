@@ -3,7 +3,10 @@
 A statement ``T[i,j] += A[i,k] * B[k,j]`` becomes one :class:`Op` whose iteration domain is
 (i, j | k): parallel indices first (the output's, in its order), then reduction indices (in order
 of first appearance).  Every operand access is a tuple of domain positions: its indexing map, a
-projected permutation of the domain (possibly broadcasting).
+projected permutation of the domain (possibly broadcasting).  A ``where(COND, A, B)`` is a
+:class:`Select` whose :class:`~search_spaces.conditions.Condition` compares index expressions:
+it reads no tensor, so :func:`index_names` (not :func:`accesses`) says what an expression
+depends on.
 """
 from __future__ import annotations
 

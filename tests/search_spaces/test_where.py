@@ -15,7 +15,7 @@ from search_spaces.conditions import COMPARISONS, Condition, IndexExpr, index_ex
 from search_spaces.ir import Access, Const, Select, conditions, count_flops, index_names, to_text
 from search_spaces.plans import named_plan
 from search_spaces.space import SearchSpace, TileBounds
-from tests.search_spaces.test_language import HEAD, TAIL, check, doc, parse_ok
+from tests.search_spaces.test_language import TAIL, check, doc, parse_ok
 from tests.support import DATA
 
 # x[N=4, K=3], v[K]; the program's first line is file line 4 (see test_language)
@@ -218,4 +218,3 @@ def test_condition_on_a_box_is_exact_for_orderings_and_safe_for_equalities():
 def test_causal_test_workload_loads():
     w = load_workload(str(DATA / "causal_attention.toml"))
     assert sum(len(conditions(op.expr)) for op in w.ops) == 3
-    assert HEAD  # the shared document helpers are the language tests'

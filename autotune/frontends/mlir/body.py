@@ -10,7 +10,8 @@ from search_spaces.ir import Access, Binary, Call, Const, Expr, Pow, Select, Una
 
 from autotune.frontends.mlir.attributes import isa, short
 from autotune.frontends.mlir.expressions import fold, slot
-from autotune.frontends.mlir.indices import ARITHMETIC, CASTS, arithmetic, as_index, compare, dim_name
+from autotune.frontends.mlir.indices import (ARITHMETIC, CASTS, arithmetic, as_index, compare,
+                                             dim_name)
 from autotune.frontends.mlir.source import MlirSource
 
 _BINARY = {"arith.addf": "+", "arith.subf": "-", "arith.mulf": "*", "arith.divf": "/"}
