@@ -4,12 +4,16 @@ Sums of products are split into factors, each evaluated over its own indices onl
 pairwise through ``np.matmul`` (BLAS), so the triangle einsum is 128 batched GEMMs rather than a
 loop nest over the 4-d domain.  Anything else is evaluated by broadcasting over the domain, in
 chunks along the first parallel index so that no temporary exceeds ``CHUNK_ELEMS`` elements.
+
+A ``where(COND, A, B)`` is evaluated over its own indices too: the condition becomes a boolean
+mask over the indices it names (at their absolute values inside the chunk), broadcast against
+the branches, so a masked factor is one more operand of the contraction.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from search_spaces.ir import Access, Binary, Const, Expr, Op, Pow, Unary, accesses
+from search_spaces.ir import Access, Binary, Const, Expr, Op, Pow, Select, Unary, index_names
 from search_spaces.workload import Workload
 
 CHUNK_ELEMS = 1 << 25
@@ -23,12 +27,21 @@ _FN = {
 
 
 def _indices(e: Expr, order: tuple[str, ...]) -> tuple[str, ...]:
-    used = {i for a in accesses(e) for i in a.idx}
+    used = index_names(e)
     return tuple(i for i in order if i in used)
 
 
+def _index_array(i: str, axes: tuple[str, ...], window: dict[str, slice]) -> np.ndarray:
+    """The absolute values of index ``i`` over its window, shaped to broadcast over ``axes``."""
+    s = window[i]
+    shape = [1] * len(axes)
+    shape[axes.index(i)] = s.stop - s.start
+    return np.arange(s.start, s.stop, dtype=np.int64).reshape(shape)
+
+
 def _eval(e: Expr, env, axes: tuple[str, ...], window: dict[str, slice]):
-    """Evaluate ``e`` as an array broadcast over ``axes`` (size-1 where an index is unused)."""
+    """Evaluate ``e`` as an array broadcast over ``axes`` (size-1 where an index is unused);
+    ``window`` holds every domain index's range (the chunk of the first parallel one)."""
     if isinstance(e, Const):
         return np.float64(e.value)
     if isinstance(e, Access):
@@ -47,6 +60,9 @@ def _eval(e: Expr, env, axes: tuple[str, ...], window: dict[str, slice]):
         return {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide}[e.op](a, b)
     if isinstance(e, Pow):
         return np.power(_eval(e.base, env, axes, window), float(e.exponent))
+    if isinstance(e, Select):
+        mask = e.cond.over(lambda i: _index_array(i, axes, window))
+        return np.where(mask, _eval(e.a, env, axes, window), _eval(e.b, env, axes, window))
     args = [_eval(a, env, axes, window) for a in e.args]
     return _FN[e.fn](*args)
 
@@ -80,7 +96,7 @@ def _sum_of_products(op: Op, env, window) -> np.ndarray:
     const = 1.0
     terms = []
     for f in op.factors():
-        if not accesses(f):
+        if not index_names(f):
             const *= float(_eval(f, env, (), window))
             continue
         idx = _indices(f, op.domain)
@@ -136,13 +152,15 @@ def _dense(op: Op, env, window) -> np.ndarray:
 
 def evaluate_op(op: Op, env: dict[str, np.ndarray]) -> np.ndarray:
     """One op in float64: contraction path for sums of products, chunked broadcasting otherwise."""
-    use_products = op.combiner == "sum" and len([f for f in op.factors() if accesses(f)]) >= 1
+    use_products = op.combiner == "sum" and any(index_names(f) for f in op.factors())
     per_row = op.iterations // max(op.extent(op.parallel[0]), 1) if op.parallel else op.iterations
     rows = op.extent(op.parallel[0]) if op.parallel else 1
     step = rows if use_products else max(1, min(rows, CHUNK_ELEMS // max(per_row, 1)))
     out = np.empty(op.out_shape, dtype=np.float64)
+    whole = {i: slice(0, op.extent(i)) for i in op.domain}
     for start in range(0, rows, step):
-        window = {op.parallel[0]: slice(start, min(start + step, rows))} if op.parallel else {}
+        window = whole | ({op.parallel[0]: slice(start, min(start + step, rows))}
+                          if op.parallel else {})
         part = _sum_of_products(op, env, window) if use_products else _dense(op, env, window)
         if op.parallel:
             out[start:start + step] = part

@@ -3,12 +3,17 @@
 A statement ``T[i,j] += A[i,k] * B[k,j]`` becomes one :class:`Op` whose iteration domain is
 (i, j | k): parallel indices first (the output's, in its order), then reduction indices (in order
 of first appearance).  Every operand access is a tuple of domain positions: its indexing map, a
-projected permutation of the domain (possibly broadcasting).
+projected permutation of the domain (possibly broadcasting).  A ``where(COND, A, B)`` is a
+:class:`Select` whose :class:`~search_spaces.conditions.Condition` compares index expressions:
+it reads no tensor, so :func:`index_names` (not :func:`accesses`) says what an expression
+depends on.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Union
+
+from .conditions import Condition
 
 FUNCTIONS: dict[str, int] = {
     "exp": 1, "log": 1, "sqrt": 1, "rsqrt": 1, "sigmoid": 1, "tanh": 1, "relu": 1, "abs": 1,
@@ -56,22 +61,53 @@ class Call:
     args: tuple["Expr", ...]
 
 
-Expr = Union[Const, Access, Unary, Binary, Pow, Call]
+@dataclass(frozen=True)
+class Select:
+    """``where(cond, a, b)``: ``a`` where the index condition holds, else ``b``; elementwise
+    over the op's domain like any other expression (the condition reads no tensor)."""
+    cond: Condition
+    a: "Expr"
+    b: "Expr"
+
+
+Expr = Union[Const, Access, Unary, Binary, Pow, Call, Select]
 
 
 def accesses(e: Expr) -> list[Access]:
     """All tensor accesses in ``e``, left to right (duplicates kept)."""
     if isinstance(e, Access):
         return [e]
-    if isinstance(e, Const):
-        return []
+    return [a for sub in children(e) for a in accesses(sub)]
+
+
+def conditions(e: Expr) -> list[Condition]:
+    """Every where() condition in ``e``, outermost first."""
+    own = [e.cond] if isinstance(e, Select) else []
+    return own + [c for sub in children(e) for c in conditions(sub)]
+
+
+def children(e: Expr) -> tuple[Expr, ...]:
+    """The sub-expressions of ``e`` (a condition is not one: it is no Expr)."""
     if isinstance(e, Unary):
-        return accesses(e.x)
+        return (e.x,)
     if isinstance(e, Binary):
-        return accesses(e.a) + accesses(e.b)
+        return (e.a, e.b)
     if isinstance(e, Pow):
-        return accesses(e.base)
-    return [a for arg in e.args for a in accesses(arg)]
+        return (e.base,)
+    if isinstance(e, Select):
+        return (e.a, e.b)
+    if isinstance(e, Call):
+        return e.args
+    return ()
+
+
+def index_names(e: Expr) -> set[str]:
+    """Every index ``e`` depends on: its accesses' subscripts and its conditions' indices.
+
+    An expression without any is a constant; one with a condition but no access still varies
+    over the indices the condition names (a causal mask ``where(j <= i, 1, 0)``)."""
+    used = {i for a in accesses(e) for i in a.idx}
+    return used | {i for c in conditions(e) for i in c.indices}
 
 
 def count_flops(e: Expr) -> tuple[int, int]:
@@ -89,6 +125,12 @@ def count_flops(e: Expr) -> tuple[int, int]:
         f, t = count_flops(e.base)
         # repeated multiplication; a negative exponent adds one division
         return f + max(abs(e.exponent) - 1, 0) + (1 if e.exponent < 0 else 0), t
+    if isinstance(e, Select):
+        # a compare and a select per evaluation; both branches are counted (vector code
+        # evaluates both and blends)
+        fa, ta = count_flops(e.a)
+        fb, tb = count_flops(e.b)
+        return fa + fb + 2, ta + tb
     f = sum(count_flops(a)[0] for a in e.args)
     t = sum(count_flops(a)[1] for a in e.args)
     return f + (0 if e.fn in TRANSCENDENTAL else 1), t + (1 if e.fn in TRANSCENDENTAL else 0)
@@ -106,6 +148,8 @@ def to_text(e: Expr) -> str:
         return f"({to_text(e.a)} {e.op} {to_text(e.b)})"
     if isinstance(e, Pow):
         return f"({to_text(e.base)} ** {e.exponent})"
+    if isinstance(e, Select):
+        return f"where({e.cond.text()}, {to_text(e.a)}, {to_text(e.b)})"
     return f"{e.fn}({', '.join(to_text(a) for a in e.args)})"
 
 
@@ -121,6 +165,8 @@ def rename(e: Expr, mapping: dict[str, str]) -> Expr:
         return Binary(e.op, rename(e.a, mapping), rename(e.b, mapping))
     if isinstance(e, Pow):
         return Pow(rename(e.base, mapping), e.exponent)
+    if isinstance(e, Select):
+        return Select(e.cond.renamed(mapping), rename(e.a, mapping), rename(e.b, mapping))
     return Call(e.fn, tuple(rename(a, mapping) for a in e.args))
 
 

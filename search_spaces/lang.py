@@ -10,7 +10,9 @@ import re
 from dataclasses import dataclass
 
 from .errors import Located, WorkloadError
-from .ir import FUNCTIONS, Access, Binary, Call, Const, Expr, Pow, Unary
+from .conditions import COMPARISONS
+from .ir import FUNCTIONS, Access, Binary, Call, Const, Expr, Pow, Select, Unary
+from .where_syntax import SYNTAX as WHERE_SYNTAX, PWhere, lower_condition, parse_where
 
 MAX_DEPTH = 100  # nesting bound: deeper input is rejected, never a RecursionError
 MAX_OPERATORS = 200  # operators per statement: bounds the tree depth of long chains too
@@ -18,7 +20,7 @@ MAX_OPERATORS = 200  # operators per statement: bounds the tree depth of long ch
 _TOKEN = re.compile(
     r"(?P<num>(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)"
     r"|(?P<name>[A-Za-z_][A-Za-z_0-9]*)"
-    r"|(?P<op>\*\*|\+=|[-+*/=\[\](),])"
+    r"|(?P<op>\*\*|\+=|<=|>=|==|!=|[-+*/=\[\](),<>])"
     r"|(?P<ws>[ \t\r]+)"
 )
 
@@ -54,7 +56,7 @@ class Statement:
     line: int
 
 
-PExpr = object  # parse tree: Const | PAccess | PName | Unary | Binary | Pow | Call of PExpr
+PExpr = object  # parse tree: Const | PAccess | PName | Unary | Binary | Pow | Call | PWhere
 
 
 def tokenize(text: str, line: int, loc: Located) -> list[Tok]:
@@ -153,6 +155,9 @@ class _Parser:
             op = self.cur.text
             self.count_operator()
             node = Binary(op, node, self.term())
+        if self.cur.text in COMPARISONS:
+            raise self.err(f"a comparison ({self.cur.text}) is only allowed as the condition of "
+                           f"{WHERE_SYNTAX}")
         self.depth -= 1
         return node
 
@@ -214,7 +219,7 @@ class _Parser:
             if nxt == "[":
                 return self.access_after_name()
             if nxt == "(":
-                return self.call()
+                return parse_where(self) if tok.text == "where" else self.call()
             self.i += 1
             return PName(tok.text, tok.col)
         raise self.err(f"expected a number, tensor, function or '(', found {self.describe(tok)}")
@@ -222,7 +227,7 @@ class _Parser:
     def call(self) -> PExpr:
         tok = self.cur
         if tok.text not in FUNCTIONS:
-            known = ", ".join(sorted(FUNCTIONS))
+            known = ", ".join(sorted([*FUNCTIONS, "where"]))
             raise self.err(f"unknown function {tok.text!r} (known: {known})", tok)
         self.i += 2
         args = [self.expr()]
@@ -261,6 +266,9 @@ def walk(e: PExpr):
     elif isinstance(e, Call):
         for a in e.args:
             yield from walk(a)
+    elif isinstance(e, PWhere):   # its condition holds no expression nodes
+        yield from walk(e.a)
+        yield from walk(e.b)
 
 
 def lower(e: PExpr, dims: dict[str, int]) -> Expr:
@@ -277,4 +285,6 @@ def lower(e: PExpr, dims: dict[str, int]) -> Expr:
         return Binary(e.op, lower(e.a, dims), lower(e.b, dims))
     if isinstance(e, Pow):
         return Pow(lower(e.base, dims), e.exponent)
+    if isinstance(e, PWhere):
+        return Select(lower_condition(e.cond), lower(e.a, dims), lower(e.b, dims))
     return Call(e.fn, tuple(lower(a, dims) for a in e.args))

@@ -12,6 +12,7 @@ from pathlib import Path
 from .errors import Located, WorkloadError
 from .ir import Op, rename
 from .lang import PAccess, PName, Statement, lower, parse_program, walk
+from .where_syntax import PWhere, check_indices
 from .workload import DTYPES, Workload, parse_init
 
 TOP_KEYS = {"name", "summary", "dtype", "outputs", "program", "dims", "inputs", "init",
@@ -270,6 +271,9 @@ def _analyse(stmts: list[Statement], shapes: dict[str, tuple[int, ...]],
             if i not in bound:
                 raise loc.error(f"index {i!r} on the left appears in no access on the right, so "
                                 f"its extent is unknown", s.line, t.idx_cols[n])
+        for node in walk(s.expr):
+            if isinstance(node, PWhere):
+                check_indices(node, order, dims, loc, s.line)
         red = [i for i in order if i not in t.idx]
         if s.combiner == "none" and red:
             col = bound[red[0]][2]

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from search_spaces.candidate import Candidate
 from search_spaces.footprint import footprint_shape, footprints, plan_group, strides, tile_sizes
-from search_spaces.ir import Access, Binary, Const, Expr, Pow, Unary
+from search_spaces.conditions import Condition, IndexExpr
+from search_spaces.ir import Access, Binary, Const, Expr, Pow, Select, Unary
 from search_spaces.partition import Group
 from search_spaces.workload import Workload
 
@@ -158,4 +159,22 @@ class LoopEmitter:
             if e.exponent == 0:
                 return f"(({self.ctype})1)"
             return self.power(self.expr(e.base, var), e.exponent)
+        if isinstance(e, Select):
+            return (f"({self.condition(e.cond, var)} ? {self.expr(e.a, var)} : "
+                    f"{self.expr(e.b, var)})")
         return self.functions[e.fn].format(*[self.expr(a, var) for a in e.args], s=self.suf)
+
+    def condition(self, c: Condition, var: dict[str, str]) -> str:
+        """A where() condition on the index variables.  Every loop, tiled or not, runs its
+        variable over absolute index values (a tile's loop from its bound ``b<k>``; local
+        buffers subtract the bound in :meth:`offset`), so the condition reads them as is.
+        (A seam for later: a tile whose whole range makes ``c`` constant could skip the
+        branch it never takes; nothing here does that yet.)"""
+        return f"({self.index_value(c.lhs, var)} {c.op} {self.index_value(c.rhs, var)})"
+
+    def index_value(self, x: IndexExpr, var: dict[str, str]) -> str:
+        terms = [var[i] if c == 1 else f"{self.n(c)}*{var[i]}" for i, c in x.terms]
+        text = " + ".join(terms)
+        if x.offset or not terms:
+            text = f"{text} + {self.n(x.offset)}" if terms else self.n(x.offset)
+        return f"({text})"

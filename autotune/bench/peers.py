@@ -7,7 +7,9 @@ generically:
   the factors, each evaluated over its own indices; constant factors become one scalar, reduction
   indices no factor uses multiply by their extent, output indices no factor uses are broadcast;
 * every other op is evaluated by broadcasting over its iteration domain, then reduced (``max=``)
-  over its reduction axes, or returned as is (``=``).
+  over its reduction axes, or returned as is (``=``);
+* a ``where(COND, A, B)`` is the framework's ``where`` on a mask built from integer ranges
+  (``arange``) of the indices the condition names, broadcast like the operands.
 
 Canonical index names (``d0, d1, ...``) map to einsum letters.  The frameworks are optional
 dependencies, imported inside the builders; a missing one raises :class:`PeerUnavailable`.
@@ -20,7 +22,7 @@ from __future__ import annotations
 import math
 import string
 
-from search_spaces.ir import Access, Binary, Const, Expr, Op, Pow, Unary, accesses
+from search_spaces.ir import Access, Binary, Const, Expr, Op, Pow, Select, Unary, index_names
 from search_spaces.workload import Workload
 
 PRECISIONS = ("default", "highest")
@@ -42,6 +44,8 @@ class _Ops:
     def broadcast_to(self, x, shape): ...
     def amax(self, x, axes): ...
     def full(self, shape, value): ...
+    def arange(self, n): ...
+    def where(self, mask, a, b): ...
 
 
 def _const_value(e: Expr) -> float:
@@ -56,6 +60,8 @@ def _const_value(e: Expr) -> float:
                 "/": (a / b) if b else math.copysign(math.inf, a) if a else math.nan}[e.op]
     if isinstance(e, Pow):
         return float(_const_value(e.base) ** e.exponent)
+    if isinstance(e, Select):   # a condition without indices: a constant too
+        return _const_value(e.a) if e.cond.holds({}) else _const_value(e.b)
     args = [_const_value(a) for a in e.args]
     x = args[0]
     return {
@@ -67,7 +73,7 @@ def _const_value(e: Expr) -> float:
 
 
 def _used(e: Expr, order: tuple[str, ...]) -> tuple[str, ...]:
-    used = {i for a in accesses(e) for i in a.idx}
+    used = index_names(e)
     return tuple(i for i in order if i in used)
 
 
@@ -77,7 +83,7 @@ def _letters(idx, letter) -> str:
 
 def _eval(e: Expr, env: dict, axes: tuple[str, ...], op: Op, F: _Ops):
     """``e`` as an array over ``axes`` (size 1 where ``e`` does not use an index), or a float."""
-    if not accesses(e):
+    if not index_names(e):
         return _const_value(e)
     if isinstance(e, Access):
         arr = env[e.tensor]
@@ -100,6 +106,14 @@ def _eval(e: Expr, env: dict, axes: tuple[str, ...], op: Op, F: _Ops):
     if isinstance(e, Pow):
         base = _eval(e.base, env, axes, op, F)
         return base ** int(e.exponent)
+    if isinstance(e, Select):
+        def iota(i):      # the index's values along its axis
+            return F.reshape(F.arange(op.extent(i)),
+                             tuple(op.extent(i) if i == x else 1 for x in axes))
+        mask = e.cond.over(iota)
+        if isinstance(mask, bool):   # a condition without indices picks a branch
+            return _eval(e.a if mask else e.b, env, axes, op, F)
+        return F.where(mask, _eval(e.a, env, axes, op, F), _eval(e.b, env, axes, op, F))
     return F.fns[e.fn](*[_eval(a, env, axes, op, F) for a in e.args])
 
 
@@ -107,7 +121,7 @@ def _sum_of_products(op: Op, env: dict, F: _Ops, letter: dict):
     const = 1.0
     operands, specs = [], []
     for f in op.factors():
-        if not accesses(f):
+        if not index_names(f):
             const *= _const_value(f)
             continue
         idx = _used(f, op.domain)
@@ -206,6 +220,12 @@ def jax_function(w: Workload, precision: str = "default"):
         def full(self, shape, value):
             return jnp.full(tuple(shape), value, dtype=w.dtype)
 
+        def arange(self, n):
+            return jnp.arange(n)
+
+        def where(self, mask, a, b):
+            return jnp.where(mask, a, b)
+
     fn = jax.jit(_program(w, JaxOps()))
     if w.dtype != "float64":
         return fn
@@ -256,6 +276,12 @@ def torch_function(w: Workload, compile: bool = False, precision: str = "default
 
         def full(self, shape, value):
             return torch.full(tuple(shape), value, dtype=dtype)
+
+        def arange(self, n):
+            return torch.arange(n)
+
+        def where(self, mask, a, b):
+            return torch.where(mask, _t(a), _t(b))
 
     program = _program(w, TorchOps())
     if compile:

@@ -14,6 +14,7 @@ import pytest
 
 import autotune
 from search_spaces import builtin_names, load_workload, parse_workload
+from tests.support.where import causal, where_workload
 
 reference_module = importlib.import_module("autotune.reference")
 
@@ -301,6 +302,74 @@ def test_every_construct_against_numpy():
     for k in want:
         assert ref[k].dtype == np.float64
         np.testing.assert_allclose(ref[k], want[k], rtol=1e-10, atol=1e-12, err_msg=k)
+
+
+# ---- where(COND, A, B) against NumPy ---------------------------------------------------------
+def np_where_forms(p):
+    A, B, v = p["A"], p["B"], p["v"]
+    i, k = np.indices(A.shape)
+    kb, jb = np.indices(B.shape)
+    out = {
+        "a": np.where(k <= i, A, -A),
+        "b": np.where(k > i + 1, A, -100).max(axis=1),
+        "c": A @ (np.where(kb - jb < 2, B, 0) * v[:, None]),
+        "d": (A * np.where(i == k, 2, 1)) @ B,
+        "e": np.where(i != k, np.where(i >= 2, np.exp(A), v[None, :]), 0.5),
+        "f": A @ v,
+        "g": A * (2 * i - k >= -1),
+    }
+    masked = np.where(k < i, out["a"], out["e"])
+    out["r"] = (masked * out["b"][:, None] * out["g"]).sum(axis=1)
+    return out
+
+
+@pytest.mark.parametrize("chunk", [None, 3])
+def test_where_forms_against_numpy(chunk, monkeypatch):
+    """Every place a condition can be (elementwise, max=, a masked operand of a contraction, a
+    mask factor without accesses, nested, index-free, a repeated index), also evaluated chunk
+    by chunk so that a chunk's indices must be its absolute ones."""
+    if chunk:
+        monkeypatch.setattr(reference_module, "CHUNK_ELEMS", chunk)
+    w = where_workload("float64")
+    inputs = w.random_inputs(seed=7)
+    ref = autotune.reference(w, inputs)
+    want = np_where_forms(f64(inputs))
+    assert set(ref) == set(want)
+    for k in want:
+        np.testing.assert_allclose(ref[k], want[k], rtol=1e-12, atol=1e-12, err_msg=k)
+
+
+def np_causal_attention(p, window=5, causal=True):
+    """Causal multi-head attention from its maths: softmax over the keys j <= i of each query
+    (every key without ``causal``), values more than ``window`` positions back weighted by a
+    half."""
+    x = p["x"]
+    q = np.einsum("ic,chd->hid", x, p["w_q"])
+    k = np.einsum("jc,chd->hjd", x, p["w_k"])
+    v = np.einsum("jc,chd->hjd", x, p["w_v"])
+    S, D = x.shape[0], q.shape[-1]
+    scores = q @ k.transpose(0, 2, 1) / np.sqrt(D)
+    allowed = np.tril(np.ones((S, S), dtype=bool)) if causal else np.ones((S, S), dtype=bool)
+    out = np.zeros((S, x.shape[1]))
+    for h in range(q.shape[0]):
+        for i in range(S):
+            js = np.flatnonzero(allowed[i])
+            e = np.exp(scores[h, i, js] - scores[h, i, js].max())
+            wgt = e / e.sum() * np.where(i - js > window, 0.5, 1.0)
+            out[i] += (wgt @ v[h, js]) @ p["w_o"][h]
+    return out
+
+
+def test_causal_test_workload_against_numpy():
+    w = causal({"S": 11, "H": 2, "D": 4, "C": 6})
+    inputs = w.random_inputs(seed=3)
+    ref = autotune.reference(w, inputs)["out"]
+    want = np_causal_attention(f64(inputs))
+    np.testing.assert_allclose(ref, want, rtol=1e-10, atol=1e-12)
+    # each mask matters: without either the result is far from it
+    for other in (dict(causal=False), dict(window=10**6)):
+        far = np_causal_attention(f64(inputs), **other)
+        assert np.abs(far - want).max() > 1e-2 * np.abs(want).max(), other
 
 
 # ---- inputs ---------------------------------------------------------------------------------

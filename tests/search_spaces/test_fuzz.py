@@ -49,7 +49,8 @@ TOKENS = ["[", "]", "[[", "]]", "{", "}", "=", "+=", "max=", "**", "*", "/", "-"
           "j", "k", "x", "out", "exp(", "max(", "sigmoid(", "[dims]", "[inputs]", "[space]",
           "[init]", "[tolerance]", "program", "outputs", "name", "dtype", "tiles",
           "forbid_fusion", "force_fusion", "layouts", "contraction_impls", "rtol",
-          "normal(0,1)", "bernoulli(2)", *PAYLOADS]
+          "normal(0,1)", "bernoulli(2)", "where(", "where(k <= i, ", "<", "<=", ">", ">=",
+          "==", "!=", "i + 1", *PAYLOADS]
 
 
 def check_text(text: str, dims: dict | None = None) -> Workload | None:
@@ -119,7 +120,8 @@ def program_doc(program: str, dims: str = "N = 4\nK = 3", rtol: str = "1e-4",
 def deep_nesting(draw):
     depth = draw(st.integers(1, 3000))
     kind = draw(st.sampled_from(["paren", "call", "minus", "power", "toml_array",
-                                 "toml_table", "toml_section", "subscript"]))
+                                 "toml_table", "toml_section", "subscript", "where",
+                                 "condition"]))
     if kind == "paren":
         return program_doc("y[i] += " + "(" * depth + "x[i,k]" + ")" * depth + " * v[k]")
     if kind == "call":
@@ -139,6 +141,14 @@ def deep_nesting(draw):
     if kind == "toml_table":
         return program_doc("y[i] += x[i,k] * v[k]") + "[space]\nlayouts = " + \
             "{a = " * depth + "1" + "}" * depth + "\n"
+    if kind == "where":
+        inner = "x[i,k]"
+        for _ in range(depth):
+            inner = f"where(k <= i + 1, {inner}, 0)"
+        return program_doc(f"y[i] += {inner} * v[k]")
+    if kind == "condition":     # a long index sum: bounded by the operator count
+        return program_doc("y[i] += where(" + " + ".join(["i"] * depth) + " < k, x[i,k], 0)"
+                           " * v[k]")
     if kind == "toml_section":
         return program_doc("y[i] += x[i,k] * v[k]") + "[" + ".".join(["a"] * depth) + "]\n"
     return program_doc("y[i] += x" + "[" * depth + "i,k" + "]" * depth + " * v[k]")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 
-from search_spaces.ir import Access, Binary, Call, Const, Expr, Pow, Unary
+from search_spaces.ir import Access, Binary, Call, Const, Expr, Pow, Select, Unary
 
 _FOLD = {"exp": math.exp, "log": math.log, "sqrt": math.sqrt, "rsqrt": lambda x: 1 / math.sqrt(x),
          "tanh": math.tanh, "abs": abs, "sigmoid": lambda x: 1 / (1 + math.exp(-x)),
@@ -24,7 +24,12 @@ def slot_of(a: Access) -> tuple[str, int]:
 
 
 def fold(e: Expr) -> Expr:
-    """Fold operations on constants (in float64) and recognise sigmoid."""
+    """Fold operations on constants (in float64), selects whose condition names no index or
+    whose branches agree, and recognise sigmoid."""
+    if isinstance(e, Select):
+        if not e.cond.indices:
+            return e.a if e.cond.holds({}) else e.b
+        return e.a if e.a == e.b else e
     try:
         if isinstance(e, Unary) and isinstance(e.x, Const):
             return Const(-e.x.value)
@@ -41,19 +46,23 @@ def fold(e: Expr) -> Expr:
     return Call("sigmoid", (x,)) if x is not None else e
 
 
-def substitute(e: Expr, fn) -> Expr:
-    """``e`` with every access replaced by ``fn(access)`` (an Expr), folded bottom-up."""
+def substitute(e: Expr, fn, cond=None) -> Expr:
+    """``e`` with every access replaced by ``fn(access)`` (an Expr) and every where()
+    condition by ``cond(condition)`` (unchanged without ``cond``), folded bottom-up."""
     if isinstance(e, Access):
         return fn(e)
     if isinstance(e, Const):
         return e
     if isinstance(e, Unary):
-        return fold(Unary(e.op, substitute(e.x, fn)))
+        return fold(Unary(e.op, substitute(e.x, fn, cond)))
     if isinstance(e, Binary):
-        return fold(Binary(e.op, substitute(e.a, fn), substitute(e.b, fn)))
+        return fold(Binary(e.op, substitute(e.a, fn, cond), substitute(e.b, fn, cond)))
     if isinstance(e, Pow):
-        return fold(Pow(substitute(e.base, fn), e.exponent))
-    return fold(Call(e.fn, tuple(substitute(a, fn) for a in e.args)))
+        return fold(Pow(substitute(e.base, fn, cond), e.exponent))
+    if isinstance(e, Select):
+        return fold(Select(cond(e.cond) if cond else e.cond, substitute(e.a, fn, cond),
+                           substitute(e.b, fn, cond)))
+    return fold(Call(e.fn, tuple(substitute(a, fn, cond) for a in e.args)))
 
 
 def _is_const(e, value) -> bool:

@@ -11,7 +11,11 @@ statement:
   another init (a tensor, or another number) becomes a second statement adding (or max-ing) it;
 * its indexing maps (projected permutations) become the subscripts;
 * its body (arith / math ops on the block arguments) becomes the expression; a splat constant
-  operand becomes a number; ``1/(1+exp(-x))`` within one body is recognised as ``sigmoid(x)``.
+  operand becomes a number; ``1/(1+exp(-x))`` within one body is recognised as ``sigmoid(x)``;
+  ``arith.select`` on an ``arith.cmpi`` of ``linalg.index`` values (plus or minus integers)
+  becomes ``where(COND, A, B)``, also when the indices reach the body through integer and
+  ``i1`` tensors built from them (an iota, reshaped, broadcast, compared: IREE's form of
+  ``jnp.where`` on iota comparisons), which produce no statement of their own.
 
 Copies (transposes, broadcasts), ``tensor.empty``, fills and splat constants produce no
 statement: they become views of, or numbers in, the statements that read them.  The language has

@@ -6,13 +6,20 @@ import math
 import re
 from dataclasses import replace
 
-from search_spaces.ir import Access, Const, Expr, accesses
+from search_spaces.conditions import Condition, IndexExpr
+from search_spaces.ir import Access, Const, Expr, accesses, conditions
 
 from autotune.frontends.mlir.attributes import arg_name, float_attr, isa, short, str_attr
 from autotune.frontends.mlir.body import BodyReader, split_accumulator
 from autotune.frontends.mlir.expressions import slot, slot_of, substitute
+from autotune.frontends.mlir.indices import as_index, at_dims, at_positions, reshaped
 from autotune.frontends.mlir.records import Generic, ReadFunction, Reshape, Value
 from autotune.frontends.mlir.source import MlirSource
+
+
+def is_integer_type(element_type: str) -> bool:
+    """An MLIR integer (i1, i32, ...) or index element type."""
+    return bool(re.fullmatch(r"[su]?i\d+|index", element_type))
 
 
 class FunctionReader:
@@ -58,9 +65,10 @@ class FunctionReader:
                             tuple(self._arg_names), tuple(self._generics), tuple(self._reshapes),
                             tuple(self._results), self._result_line)
 
-    def _tensor_shape(self, t, op, what: str) -> tuple[int, ...]:
+    def _tensor_shape(self, t, op, what: str, symbolic_ok: bool = False) -> tuple[int, ...]:
         """The static shape of a ranked f32/f64 tensor type (``what`` names it in errors);
-        notes its element type for the workload's dtype."""
+        notes its element type for the workload's dtype.  ``symbolic_ok``: an integer or i1
+        tensor is fine too (a mask built from indices; no dtype of its own)."""
         ir = self._ir
         if not isa(t, ir.RankedTensorType):
             raise self._source.op_error(op, f"{what} has type {t}; only ranked tensors of "
@@ -70,6 +78,8 @@ class FunctionReader:
             raise self._source.op_error(op, f"{what} has a dynamic shape ({t}); only static "
                                            f"shapes are supported")
         et = str(rt.element_type)
+        if symbolic_ok and is_integer_type(et):
+            return tuple(int(s) for s in rt.shape)
         if et not in ("f32", "f64"):
             raise self._source.op_error(op, f"{what} has element type {et}; only f32 and f64 "
                                            f"are supported")
@@ -99,13 +109,13 @@ class FunctionReader:
         elif name == "tensor.empty":
             if len(o.operands):
                 raise self._source.op_error(op, "tensor.empty with dynamic sizes is not supported")
-            shape = self._tensor_shape(o.results[0].type, op, "the result")
+            shape = self._tensor_shape(o.results[0].type, op, "the result", symbolic_ok=True)
             self._values[o.results[0]] = Value("empty", shape)
         elif name in ("tensor.expand_shape", "tensor.collapse_shape"):
             self._reshape(op)
         elif name == "tensor.cast":
             src = self._get(o.operands[0], op)
-            shape = self._tensor_shape(o.results[0].type, op, "the result")
+            shape = self._tensor_shape(o.results[0].type, op, "the result", symbolic_ok=True)
             if shape != src.shape:
                 raise self._source.op_error(op, "tensor.cast changing the shape is not supported")
             self._values[o.results[0]] = src
@@ -125,7 +135,7 @@ class FunctionReader:
         attr = o.attributes["value"]
         t = o.results[0].type
         if isa(t, ir.RankedTensorType):
-            shape = self._tensor_shape(t, op, "the constant")
+            shape = self._tensor_shape(t, op, "the constant", symbolic_ok=True)
             if not isa(attr, ir.DenseElementsAttr):
                 raise self._source.op_error(op, f"unsupported constant {short(attr)}")
             dense = ir.DenseElementsAttr(attr)
@@ -143,12 +153,20 @@ class FunctionReader:
         ir = self._ir
         o = op.operation
         src = self._get(o.operands[0], op)
-        shape = self._tensor_shape(o.results[0].type, op, "the result")
+        shape = self._tensor_shape(o.results[0].type, op, "the result", symbolic_ok=True)
         if src.kind in ("const", "empty"):
             self._values[o.results[0]] = Value(src.kind, shape, value=src.value)
             return
         groups = tuple(tuple(int(ir.IntegerAttr(x).value) for x in ir.ArrayAttr(g))
                        for g in ir.ArrayAttr(o.attributes["reassociation"]))
+        if src.kind == "symbolic":
+            expand = o.name == "tensor.expand_shape"
+            sym = reshaped(src.sym, groups, shape if expand else src.shape, expand)
+            if sym is None:
+                raise self._source.op_error(op, "a reshape that splits or merges the dims of an "
+                                               "index tensor is not supported")
+            self._values[o.results[0]] = Value("symbolic", shape, sym=sym)
+            return
         new = self._new_tensor(shape)
         self._values[o.results[0]] = new
         line = self._source.where(op)[0]
@@ -209,8 +227,20 @@ class FunctionReader:
         out_val, out_map = operands[-1]
         if None in out_map or sorted(out_map) != sorted(d for d in range(n) if not reduction[d]):
             raise err(op, "the output map must use each parallel dim once and no reduction dim")
-        result_shape = self._tensor_shape(o.results[0].type, op, "the result")
-        expr = self._body.expression(op, len(ins), is_map)
+        result_shape = self._tensor_shape(o.results[0].type, op, "the result", symbolic_ok=True)
+        symbolic = is_integer_type(str(ir.RankedTensorType(o.results[0].type).element_type))
+        symbols = {k: at_dims(val.sym, res) for k, (val, res) in enumerate(operands[:len(ins)])
+                   if val.kind == "symbolic"}
+        expr = self._body.expression(op, len(ins), is_map, symbols, symbolic)
+        if symbolic:     # an index tensor or a mask: a symbol over the result's positions
+            sym = as_index(expr) or expr
+            sym = at_positions(sym, out_map) if not any(reduction) and \
+                isinstance(sym, (IndexExpr, Condition)) else None
+            if sym is None:
+                raise err(op, "an integer or i1 result that is not index arithmetic or an index "
+                              "comparison over its own dims is not supported")
+            self._values[o.results[0]] = Value("symbolic", result_shape, sym=sym)
+            return
 
         def consts(a: Access) -> Expr:
             kind, k = slot_of(a)
@@ -245,6 +275,13 @@ class FunctionReader:
                     expr, combiner, init, known_line=known_line)
         reads = [a for a in accesses(expr)]
         if not reads and (init is None or isinstance(init, Const)):
+            if conditions(expr):    # numbers selected by index: symbolic, for its readers
+                sym = at_positions(expr, out_map) if combiner == "none" else None
+                if sym is None:
+                    raise err(op, "a reduction of numbers selected by index comparisons (no "
+                                  "tensor read) is not supported")
+                self._values[o.results[0]] = Value("symbolic", result_shape, sym=sym)
+                return
             value = g.constant_value()
             if value is None:
                 raise err(op, "cannot fold this constant computation")

@@ -10,11 +10,14 @@ from search_spaces.ir import Const, Expr
 
 @dataclass(frozen=True)
 class Value:
-    """What an SSA value is: a tensor (``vid``), a splat constant, an empty tensor, a scalar."""
-    kind: str                   # "tensor" | "const" | "empty" | "scalar" | "int"
+    """What an SSA value is: a tensor (``vid``), a splat constant, an empty tensor, a scalar,
+    or a symbolic integer / i1 tensor (an index expression or condition over its positions,
+    :mod:`autotune.frontends.mlir.indices`)."""
+    kind: str                   # "tensor" | "const" | "empty" | "scalar" | "int" | "symbolic"
     shape: tuple[int, ...] = ()
     value: float = 0.0
     vid: int = -1               # tensors: numbered in the order they are defined
+    sym: object = None          # symbolic: an IndexExpr or a Condition
 
 
 @dataclass(frozen=True)

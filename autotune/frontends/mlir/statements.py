@@ -3,10 +3,12 @@ the finest dims (reshapes and copies become views, size-1 dims vanish), plus a c
 output that is not a tensor of its own."""
 from __future__ import annotations
 
-from search_spaces.ir import Access, Binary, Call, Const, Expr, accesses
+from search_spaces.conditions import IndexExpr
+from search_spaces.ir import Access, Binary, Call, Const, Expr, accesses, conditions
 
 from autotune.frontends.mlir.dims import Dims, fold_reshapes
 from autotune.frontends.mlir.expressions import fold, slot_of, substitute
+from autotune.frontends.mlir.indices import rename_dims
 from autotune.frontends.mlir.records import Generic, Program, ReadFunction, Statement, Value
 from autotune.frontends.mlir.source import MlirSource
 
@@ -168,8 +170,20 @@ class StatementWriter:
                 else:
                     new.append([None] * len(fac(("g", gi, d))))
             return b, new
-        expr = substitute(g.expr, resolve)
+        def dim_index(d: int) -> IndexExpr:       # linalg.index d: the statement's index
+            if not fac(("g", gi, d)):
+                return IndexExpr((), 0)            # a size-1 dim is always 0
+            if len(fac(("g", gi, d))) > 1:
+                raise self._source.error(f"linalg.index {d}: a reshape splits that iteration "
+                                         f"dim; the workload language has no reshape",
+                                         g.line, g.col)
+            return IndexExpr(((names[(d, 0)], 1),))
+        expr = rename_dims(substitute(g.expr, resolve), dim_index)
         used = {i for a in accesses(expr) for i in a.idx}
+        if any(i not in used for c in conditions(expr) for i in c.indices):
+            raise self._source.error("linalg.index of an iteration dim that no operand reads is "
+                                     "not supported (an index is bound by a tensor read)",
+                                     g.line, g.col)
         mult = 1
         for s in red:
             if names[s] not in used and g.combiner == "sum":

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from search_spaces.ir import Access, Binary, Const, Expr, Pow, Unary
+from search_spaces.conditions import IndexExpr
+from search_spaces.ir import Access, Binary, Const, Expr, Pow, Select, Unary
 
 from autotune.frontends.mlir.expressions import substitute
 from autotune.frontends.mlir.records import Program, ReadFunction
@@ -117,7 +118,23 @@ def _to_text(e: Expr, dtype: str) -> str:
         return f"({_to_text(e.a, dtype)} {e.op} {_to_text(e.b, dtype)})"
     if isinstance(e, Pow):
         return f"({_to_text(e.base, dtype)} ** {e.exponent})"
+    if isinstance(e, Select):
+        c = e.cond
+        return (f"where({_index_text(c.lhs)} {c.op} {_index_text(c.rhs)}, "
+                f"{_strip(_to_text(e.a, dtype))}, {_strip(_to_text(e.b, dtype))})")
     return f"{e.fn}({', '.join(_strip(_to_text(a, dtype)) for a in e.args)})"
+
+
+def _index_text(x: IndexExpr) -> str:
+    """An index expression in the language's syntax: names and integers joined by + and -
+    (a coefficient is written as a repeated name)."""
+    parts = []
+    for i, c in x.terms:
+        parts += [("-" if c < 0 else "+", i)] * abs(c)
+    if x.offset or not parts:
+        parts.append(("-" if x.offset < 0 else "+", str(abs(x.offset))))
+    text = " ".join(f"{s} {v}" for s, v in parts)
+    return text[2:] if text.startswith("+ ") else text
 
 
 def _strip(text: str) -> str:

@@ -40,6 +40,7 @@ from search_spaces.candidate import GroupSchedule, make_candidate
 from search_spaces.plans import NAMED_PLANS, named_plan
 from search_spaces.space import SearchSpace, TileBounds
 from tests.support.skips import GPU_PRESENT_SKIP, GPU_SKIP
+from tests.support.where import causal
 
 NVCC = shutil.which("nvcc")
 NVCC_SKIP = "nvcc not on PATH (the CUDA toolkit; no pip extra brings it)"
@@ -79,12 +80,14 @@ y = ["J", "K"]
 [tolerance]
 rtol = 1e-9
 '''
-WORKLOADS = list(builtin_names()) + ["kitchen"]
+WORKLOADS = list(builtin_names()) + ["kitchen", "causal"]
 
 
 def small(name: str):
     if name == "kitchen":
         return parse_workload(KITCHEN, "kitchen.toml")
+    if name == "causal":        # where() masks (tests/data/causal_attention.toml)
+        return causal()
     return load_workload(name, SMALL.get(name, {}))
 
 

@@ -13,6 +13,7 @@ import autotune  # noqa: E402
 from autotune.backends.base import relative_error  # noqa: E402
 from autotune.bench.peers import PeerUnavailable, jax_function, torch_function  # noqa: E402
 from search_spaces import builtin_names, load_workload, parse_workload  # noqa: E402
+from tests.support.where import causal, where_workload  # noqa: E402
 
 
 def small(name: str):
@@ -106,3 +107,26 @@ def test_torch_peer_matches_reference(name):
     w = small(name)
     errs = errors(w, lambda **x: {k: v.numpy() for k, v in torch_function(w)(**x).items()})
     assert all(e <= w.rtol for e in errs.values()), errs
+
+
+# ---- where(COND, A, B): jnp.where / torch.where on iota comparisons ---------------------------
+@pytest.mark.parametrize("dtype,tol", [("float32", 1e-5), ("float64", 1e-12)])
+def test_jax_peer_every_where_form(dtype, tol):
+    w = where_workload(dtype)
+    errs = errors(w, jax_function(w, "highest"), seed=4)
+    assert all(e <= tol for e in errs.values()), errs
+
+
+def test_jax_peer_causal_attention():
+    w = causal()
+    errs = errors(w, jax_function(w, "highest"), seed=2)
+    assert all(e <= w.rtol for e in errs.values()), errs
+
+
+@pytest.mark.parametrize("make", [lambda: where_workload("float64"), causal],
+                         ids=["where_forms", "causal"])
+def test_torch_peer_where(make):
+    require("torch")
+    w = make()
+    errs = errors(w, lambda **x: {k: v.numpy() for k, v in torch_function(w)(**x).items()})
+    assert all(e <= max(w.rtol, 1e-10) for e in errs.values()), errs

@@ -22,6 +22,7 @@ require("iree.compiler")
 from typer.testing import CliRunner  # noqa: E402
 
 from tests.support import DATA  # noqa: E402
+from tests.support.where import causal  # noqa: E402
 
 import autotune  # noqa: E402
 from autotune.cli.app import app  # noqa: E402
@@ -70,11 +71,15 @@ def with_float32_literals(name: str):
 
 def linalg_of_builtin(name: str) -> tuple:
     """The built-in at small dims, and its JAX peer lowered to linalg on tensors by IREE."""
+    return linalg_of(load_workload(name, SMALL[name]))
+
+
+def linalg_of(w) -> tuple:
+    """``w``, and its JAX peer lowered to linalg on tensors by IREE."""
     jax = require("jax")
     from iree.compiler.tools import compile_str
 
     from autotune.bench.peers import jax_function
-    w = load_workload(name, SMALL[name])
     fn = jax_function(w, precision="highest")
     names = w.input_names
 
@@ -246,3 +251,76 @@ def test_missing_bindings_is_one_clear_error(monkeypatch, tmp_path):
     r = runner.invoke(app, ["import-mlir", str(src)])
     assert r.exit_code == 1 and "pip install iree-base-compiler" in r.stderr
     assert len(r.stderr.strip().split("\n")) == 1
+
+
+# ---- where(COND, A, B): arith.cmpi on linalg.index feeding arith.select --------------------------
+def test_causal_mask_from_index_comparisons():
+    toml = import_mlir_file(DATA / "causal_mask.mlir")
+    w = parse_workload(toml, "causal.toml")
+    assert "where(j <= i," in toml and "where(j < i + 1," in toml and "where(k - 1 < i," in toml
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((8, 4)) for _ in range(3))
+    s = q @ k.T * 0.5
+    allowed = np.tril(np.ones((8, 8), dtype=bool))
+    e = np.exp(np.where(allowed, s, -1e30) - np.where(allowed, s, -np.inf).max(axis=1,
+                                                                              keepdims=True))
+    p = np.where(allowed, e, 0.0)
+    want = (p / p.sum(axis=1, keepdims=True)) @ v
+    got = autotune.reference(w, dict(zip(w.input_names, (q, k, v))))["out"]
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
+def test_causal_attention_round_trips_through_iree():
+    """jnp.where on iota comparisons, as IREE lowers it: an i32 iota, reshaped, broadcast,
+    offset and compared into i1 tensors that later generics select with (and a float mask that
+    reads no data): the conditions come back as where() in the statements that read them."""
+    w, linalg = linalg_of(causal({"S": 8, "H": 2, "D": 4, "C": 16}))
+    assert "linalg.index" in linalg and "xi1>" in linalg and "arith.cmpi" in linalg
+    toml = import_mlir(linalg, "causal.mlir")
+    assert toml.count("where(") == 3, toml
+    same_reference(w, parse_workload(toml, "imported.toml"))
+
+
+def _causal_edit(old: str, new: str) -> tuple[str, int]:
+    """causal_mask.mlir with its first line holding ``old`` replaced; (text, that line)."""
+    lines = (DATA / "causal_mask.mlir").read_text().split("\n")
+    k = next(n for n, l in enumerate(lines) if old in l and not l.lstrip().startswith("//"))
+    lines[k] = lines[k].replace(old, new)
+    return "\n".join(lines), k + 1
+
+
+@pytest.mark.parametrize("old,new,needle,at", [
+    ("%keep = arith.cmpi ule, %j, %i : index",
+     "%jm = arith.subi %j, %i : index\n    %keep = arith.cmpi ule, %jm, %i : index",
+     "unsigned 'arith.cmpi'", 1),
+    ("%keep = arith.cmpi ule, %j, %i : index",
+     "%k1 = arith.cmpi ule, %j, %i : index\n    %k2 = arith.cmpi ne, %j, %i : index\n"
+     "    %keep = arith.andi %k1, %k2 : i1",
+     "unsupported op 'arith.andi'", 2),
+    ("%y = arith.select %keep, %x, %big : f32",
+     "%j64 = arith.index_cast %j : index to i64\n    %jf = arith.sitofp %j64 : i64 to f32\n"
+     "    %y = arith.select %keep, %jf, %big : f32", "unsupported op 'arith.sitofp'", 1),
+    ("%y = arith.select %keep, %x, %big : f32",
+     "%y0 = arith.select %keep, %x, %big : f32\n    %y = arith.addf %y0, %keep : f32",
+     "cannot parse", 1),
+])
+def test_index_comparison_errors_name_their_line(old, new, needle, at):
+    """``at``: the line of ``new`` (from 0) that holds the op the error names."""
+    text, line = _causal_edit(old, new)
+    with pytest.raises(MlirImportError) as e:
+        import_mlir(text, "c.mlir")
+    msg = str(e.value)
+    assert "\n" not in msg and needle in msg, msg
+    assert msg.startswith(f"c.mlir:{line + at}:"), msg
+
+
+def test_a_reduction_of_numbers_selected_by_index_alone_is_refused():
+    """t = where(j <= i, 0.5, -1e30) reads no data: it is inlined into its readers, but the row
+    max over it is a reduction the language cannot write (its index is bound by no read)."""
+    text, _ = _causal_edit("%y = arith.select %keep, %x, %big : f32",
+                           "%y = arith.select %keep, %scale, %big : f32")
+    lines = text.split("\n")
+    line = next(n for n, l in enumerate(lines, 1) if "%m = linalg.generic" in l)
+    with pytest.raises(MlirImportError, match=rf"^c\.mlir:{line}:\d+: error: a reduction of "
+                                              rf"numbers selected by index comparisons"):
+        import_mlir(text, "c.mlir")
