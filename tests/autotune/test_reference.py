@@ -230,10 +230,6 @@ def test_blocks_at_default_channels(name, dims):
         assert 0.1 < np.std(ref[k]) < 10           # sensible scale with the [init] weights
 
 
-# The built-in is search_spaces/builtin/causal_attention.toml.needs-where until the language has
-# where(); then it is renamed to .toml (and checked by every test over the built-ins) and this
-# test's skip goes.
-@pytest.mark.skip(reason="needs where()")
 @pytest.mark.parametrize("seed", [0, 1])
 def test_causal_attention_is_masked_attention(seed):
     w = load_workload("causal_attention", dims=SMALL["causal_attention"])
@@ -339,7 +335,7 @@ def test_where_forms_against_numpy(chunk, monkeypatch):
         np.testing.assert_allclose(ref[k], want[k], rtol=1e-12, atol=1e-12, err_msg=k)
 
 
-def np_causal_attention(p, window=5, causal=True):
+def np_windowed_causal_attention(p, window=5, causal=True):
     """Causal multi-head attention from its maths: softmax over the keys j <= i of each query
     (every key without ``causal``), values more than ``window`` positions back weighted by a
     half."""
@@ -364,11 +360,11 @@ def test_causal_test_workload_against_numpy():
     w = causal({"S": 11, "H": 2, "D": 4, "C": 6})
     inputs = w.random_inputs(seed=3)
     ref = autotune.reference(w, inputs)["out"]
-    want = np_causal_attention(f64(inputs))
+    want = np_windowed_causal_attention(f64(inputs))
     np.testing.assert_allclose(ref, want, rtol=1e-10, atol=1e-12)
     # each mask matters: without either the result is far from it
     for other in (dict(causal=False), dict(window=10**6)):
-        far = np_causal_attention(f64(inputs), **other)
+        far = np_windowed_causal_attention(f64(inputs), **other)
         assert np.abs(far - want).max() > 1e-2 * np.abs(want).max(), other
 
 

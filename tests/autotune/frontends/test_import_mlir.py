@@ -133,9 +133,7 @@ def test_trimul_outgoing_round_trips_through_iree(trimul_linalg, tmp_path):
 @pytest.mark.parametrize("name", ["trimul_incoming", "gated_mlp", "attention",
                                   "outer_product_mean", "triangle_attention_starting",
                                   "triangle_attention_ending", "msa_row_attention",
-                                  "pair_transition", "gelu_mlp",
-                                  pytest.param("causal_attention", marks=pytest.mark.skip(
-                                      reason="needs where()"))])
+                                  "pair_transition", "gelu_mlp", "causal_attention"])
 def test_other_builtins_round_trip_through_iree(name):
     w, linalg = linalg_of_builtin(name)
     imported = parse_workload(import_mlir(linalg, f"{name}.mlir"), "imported.toml")
