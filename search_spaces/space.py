@@ -9,7 +9,9 @@ The first questions are the contraction orders (``order:STMT``, one per product 
 factors that some order makes cheaper): each answer rewrites the workload
 (search_spaces.rewrite), and every later question (fusion, impls, layouts, tiles) is asked of
 the rewritten workload's space, a *variant* of this one, whose new intermediates are ordinary
-tensors.
+tensors.  A variant's question whose options mean something else than the same question's here
+is asked under a name qualified by the orders (``impl:r@r=((0,1),2)``): Optuna requires one set
+of options per parameter name in a study.
 """
 from __future__ import annotations
 
@@ -102,6 +104,35 @@ class SearchSpace:
                 out.append((stmt, parse_tree(pick)))
         return tuple(out)
 
+    def meaning(self, question: str):
+        """What the options of ``question`` stand for in this space (None: never asked)."""
+        kind, _, rest = question.partition(":")
+        if kind == "impl" and rest in self.w.producer and self.w.op(rest).is_contraction:
+            return [i for i in self.impls if i != IMPL_LIBRARY or rest in self.library_ok] \
+                or [IMPL_LOOP]
+        if kind == "fuse":
+            return [0, 1] if tuple(rest.split("->")) in self.edges else None
+        if kind == "layout":
+            return self.layout_options(rest) if rest in self.w.shapes else None
+        if kind == "tile":
+            anchor, k = rest.rsplit(":", 1)
+            opts = self.tile_options.get(anchor, [])
+            return opts[int(k)] if int(k) < len(opts) else None
+        return None
+
+    def _qualified(self, choose: Choose, sub: "SearchSpace", orders: Orders) -> Choose:
+        """``choose`` for a variant's questions: a question whose options mean something else
+        there than here (impl:r once r is a pairwise contraction, the layouts and tiles of the
+        new intermediates) is asked as ``question@r=((0,1),2)``, so that a parameter name
+        always has one set of options (Optuna requires it of a study)."""
+        tag = ";".join(f"{stmt}={tree_text(t)}" for stmt, t in orders)
+
+        def ask(question: str, opts):
+            if sub.meaning(question) != self.meaning(question):
+                question = f"{question}@{tag}"
+            return choose(question, opts)
+        return ask
+
     # ---- layouts -------------------------------------------------------------------------
     def layout_options(self, tensor: str) -> list[tuple[int, ...]]:
         rank = len(self.w.shapes[tensor])
@@ -154,7 +185,8 @@ class SearchSpace:
         """Ask every decision through ``choose``; returns a legal candidate."""
         orders = self.ask_orders(choose)
         if orders:
-            return replace(self.variant(orders).build(choose, name), orders=orders)
+            sub = self.variant(orders)
+            return replace(sub.build(self._qualified(choose, sub, orders), name), orders=orders)
         w = self.w
         impl = {}
         for op in w.ops:
@@ -212,7 +244,7 @@ def params_of(space: SearchSpace, cand: Candidate) -> dict[str, object] | None:
     params: dict[str, object] = {}
 
     def answer(name: str, opts):
-        kind, _, rest = name.partition(":")
+        kind, _, rest = name.split("@", 1)[0].partition(":")
         if kind == "order":
             val = tree_text(trees[rest]) if rest in trees else UNSPLIT
         elif kind == "impl":

@@ -202,11 +202,21 @@ def test_order_parameter_only_for_products_an_order_makes_cheaper():
     space = SearchSpace(w)
     assert set(space.order_choices) == {"r"}
     asked = {}
-    space.build(lambda name, opts: asked.setdefault(name, list(opts))[0])
+    space.build(lambda name, opts: asked.setdefault(name, list(opts))[
+        -1 if name.startswith("impl:") else 0])           # loop nests: fusion is asked
     orders = [n for n in asked if n.startswith("order:")]
     assert orders == ["order:r"] and asked["order:r"][-1] == UNSPLIT
     assert asked["order:r"][:-1] == [tree_text(o.tree) for o in space.order_choices["r"].orders]
-    assert "impl:r__1" in asked                # the intermediate is an ordinary contraction
+    tag = "@r=" + asked["order:r"][0]
+    assert "impl:r__1" + tag in asked          # the intermediate is an ordinary contraction
+    # questions whose options mean something else once r is split carry the order's tag
+    # (a parameter name has one set of options); the others are shared with the unsplit op
+    assert asked["impl:r" + tag] == ["library", "loop"] and "impl:r" not in asked
+    assert "fuse:r->q" in asked and "fuse:t->r__1" + tag in asked
+    asked_unsplit = {}
+    space.build(lambda n, opts: asked_unsplit.setdefault(
+        n, list(opts))[-1 if n.startswith(("order:", "impl:")) else 0])
+    assert asked_unsplit["impl:r"] == ["loop"] and "fuse:r->q" in asked_unsplit
 
 
 @pytest.mark.parametrize("name", builtin_names())

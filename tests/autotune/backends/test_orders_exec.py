@@ -141,3 +141,23 @@ def test_a_search_finds_split_plans_and_load_best_runs_them(tmp_path):
     assert set(outs) == {"r"}
     _, why = verify(outs, reference(w, inputs), w.rtol)
     assert not why
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "random"])
+def test_a_long_fake_search_mixes_orders_and_the_unsplit_op(sampler, fresh_db):
+    """Past TPE's random start-up and with local search on: the order:r answer changes which
+    questions follow (impl:r offers a library GEMM only once r is a pairwise contraction), and
+    the samplers take that in their stride."""
+    from tests.support.fake_search import DEV, run
+    w = load_workload(str(CHAIN), {"N": 64})
+    config = SearchConfig(budget=40, sampler=sampler, model_pool=10, model_seeds=2,
+                          climb_rounds=1, local_every=5)
+    result, rows, _ = run(w, SearchSpace(w), fresh_db, config)
+    assert len(rows) == 40 and not [r for r in rows if r.status == "failed"]
+    orders = {r.to_candidate().orders for r in rows}
+    assert () in orders and len(orders) >= 2
+    assert {tuple(r.options.get("order:r", ())) for r in rows} == {
+        ("((0,1),2)", "(0,(1,2))", "none")}
+    best = result.best.to_candidate()
+    assert best.orders                       # the unsplit op is ~100x slower on the model
+    assert DEV.name
