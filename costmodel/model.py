@@ -13,6 +13,7 @@ from search_spaces.candidate import IMPL_LIBRARY, Candidate
 from search_spaces.footprint import footprint_shape, footprints, plan_group, strides
 from search_spaces.gemm import as_matrix_view, gemm_form, operand_groups
 from search_spaces.partition import Group, groups, materialized
+from search_spaces.rewrite import rewritten
 from search_spaces.workload import Workload
 
 from .cuda_limits import limit_penalty_s
@@ -41,7 +42,10 @@ def line_waste(shape, perm, box) -> float:
 
 
 def estimate(w: Workload, cand: Candidate, dev: DeviceSpec) -> CostEstimate:
-    """Predicted time of ``cand`` on ``dev`` with a per-group breakdown."""
+    """Predicted time of ``cand`` on ``dev`` with a per-group breakdown.  A candidate that
+    splits product statements is priced on the rewritten workload: its intermediates are
+    ordinary tensors (materialized or fused like any other)."""
+    w = rewritten(w, cand)
     fused = cand.fused_pairs
     mats = materialized(w, fused)
     item = 4 if w.dtype == "float32" else 8
@@ -200,6 +204,7 @@ def memory_bytes(w: Workload, cand: Candidate, threads: int) -> int:
     operands (or the result) it cannot view as matrices.  ``threads``: CPU threads, each with
     its own tile buffers (0 on a GPU, whose tile buffers live in shared memory).
     """
+    w = rewritten(w, cand)
     item = 4 if w.dtype == "float32" else 8
     fused = cand.fused_pairs
     whole = {n for n, _ in w.inputs} | set(w.outputs) | materialized(w, fused)

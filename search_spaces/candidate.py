@@ -5,6 +5,8 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from .trees import Tree, canonical, to_json
+
 IMPL_LOOP = "loop"        # one generated loop nest per group (producers fused into its tiles)
 IMPL_LIBRARY = "library"  # a lone contraction handed to BLAS / cuBLAS in the candidate's layouts
 
@@ -32,11 +34,17 @@ class GroupSchedule:
 class Candidate:
     """A fusion partition (the fused producer->consumer edges), the storage layout of every
     materialized intermediate (a permutation of its dims, outermost first) and one schedule per
-    group (keyed by its anchor).  ``name`` labels the named plans (unfused, greedy, heuristic)."""
+    group (keyed by its anchor).  ``name`` labels the named plans (unfused, greedy, heuristic).
+
+    ``orders``: the product statements split into pairwise contractions, each with its order (a
+    binary tree over the statement's factors, see search_spaces.orders).  Partition, layouts and
+    schedules then refer to the rewritten workload (search_spaces.rewrite.rewritten), whose new
+    intermediates (``r__1``, ...) are ordinary tensors."""
     fused: tuple[str, ...]
     layouts: tuple[tuple[str, tuple[int, ...]], ...]
     schedules: tuple[GroupSchedule, ...]
     name: str = ""
+    orders: tuple[tuple[str, Tree], ...] = ()
 
     def layout(self, tensor: str, rank: int) -> tuple[int, ...]:
         for t, perm in self.layouts:
@@ -55,10 +63,13 @@ class Candidate:
         return {tuple(e.split("->")) for e in self.fused}  # type: ignore[misc]
 
     def to_dict(self) -> dict:
-        return {"fused": list(self.fused),
-                "layouts": {t: list(p) for t, p in self.layouts},
-                "schedules": [s.to_dict() for s in self.schedules],
-                "name": self.name}
+        d = {"fused": list(self.fused),
+             "layouts": {t: list(p) for t, p in self.layouts},
+             "schedules": [s.to_dict() for s in self.schedules],
+             "name": self.name}
+        if self.orders:   # absent when nothing is split: such plans keep their keys
+            d["orders"] = {stmt: to_json(t) for stmt, t in self.orders}
+        return d
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
@@ -70,7 +81,8 @@ class Candidate:
             layouts=tuple(sorted((t, tuple(int(x) for x in p)) for t, p in d["layouts"].items())),
             schedules=tuple(sorted((GroupSchedule.from_dict(s) for s in d["schedules"]),
                                    key=lambda s: s.anchor)),
-            name=d.get("name", ""))
+            name=d.get("name", ""),
+            orders=tuple(sorted((stmt, canonical(t)) for stmt, t in d.get("orders", {}).items())))
 
     @staticmethod
     def from_json(text: str) -> "Candidate":
@@ -85,9 +97,11 @@ class Candidate:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def make_candidate(fused, layouts: dict, schedules, name: str = "") -> Candidate:
-    """Canonical constructor: sorted edges, layouts and schedules, so equal plans compare equal."""
+def make_candidate(fused, layouts: dict, schedules, name: str = "", orders=()) -> Candidate:
+    """Canonical constructor: sorted edges, layouts, schedules and orders, so equal plans
+    compare equal."""
     return Candidate(tuple(sorted(fused)),
                      tuple(sorted((t, tuple(p)) for t, p in layouts.items()
                                   if tuple(p) != tuple(range(len(p))))),
-                     tuple(sorted(schedules, key=lambda s: s.anchor)), name)
+                     tuple(sorted(schedules, key=lambda s: s.anchor)), name,
+                     tuple(sorted((stmt, canonical(t)) for stmt, t in dict(orders).items())))

@@ -1,7 +1,13 @@
-"""Named plans: ``unfused``, ``greedy`` (the 2023 IREE rule) and ``heuristic`` (a sound default)."""
+"""Named plans: ``unfused``, ``greedy`` (the 2023 IREE rule) and ``heuristic`` (a sound default).
+
+All three split every product statement in its order of fewest flops (SearchSpace.best_orders):
+an einsum written as one statement is a loop nest over every index otherwise, which no fusion
+rule is meant to be judged by (IREE and XLA receive such chains as pairwise ops from their
+frontends)."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from .candidate import IMPL_LIBRARY, IMPL_LOOP, Candidate
 from .footprint import plan_group
@@ -66,6 +72,14 @@ def _tile_choice(space: SearchSpace, fused: set, layouts: dict[str, tuple[int, .
 
 def named_plan(space: SearchSpace, name: str) -> Candidate:
     """One of NAMED_PLANS for the space's workload (restricted by its [space] table)."""
+    if name not in NAMED_PLANS:
+        raise ValueError(f"unknown plan {name!r} (choices: {', '.join(NAMED_PLANS)})")
+    orders = space.best_orders()
+    cand = _named(space.variant(orders), name)
+    return replace(cand, orders=orders) if orders else cand
+
+
+def _named(space: SearchSpace, name: str) -> Candidate:
     w = space.w
     lib_ok = IMPL_LIBRARY in space.impls
     impl = {op.out: (IMPL_LIBRARY if lib_ok and op.out in space.library_ok else IMPL_LOOP)

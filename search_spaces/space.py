@@ -4,22 +4,35 @@ Choices are asked through a ``choose(name, options)`` callback, so Optuna's
 ``trial.suggest_categorical`` or a random generator can drive the same code.  Illegal fusion
 choices are repaired (edges dropped in order until the partition is legal), so every set of
 answers yields a legal candidate.
+
+The first questions are the contraction orders (``order:STMT``, one per product of three or more
+factors that some order makes cheaper): each answer rewrites the workload
+(search_spaces.rewrite), and every later question (fusion, impls, layouts, tiles) is asked of
+the rewritten workload's space, a *variant* of this one, whose new intermediates are ordinary
+tensors.  A variant's question whose options mean something else than the same question's here
+is asked under a name qualified by the orders (``impl:r@r=((0,1),2)``): Optuna requires one set
+of options per parameter name in a study.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import permutations
 from typing import Callable, Sequence
 
 from .candidate import IMPL_LIBRARY, IMPL_LOOP, Candidate, GroupSchedule, make_candidate
 from .gemm import gemm_form
+from .orders import OrderChoices, order_choices
 from .partition import groups, materialized, repair
+from .rewrite import Orders, rewrite
 from .space_spec import edges_of
+from .trees import parse_tree, tree_text
 from .workload import Workload
 
 # Version of the candidate encoding (parameters, their meaning, Candidate JSON).  It is part of
 # every plan key (db.keys.PlanKey.for_env reads it): bump it whenever the encoding changes.
-SPACE_VERSION = "1"
+# 2: contraction orders (the order:STMT parameters, Candidate.orders).
+SPACE_VERSION = "2"
+UNSPLIT = "none"          # the order:STMT answer that leaves the statement as written
 Choose = Callable[[str, Sequence], object]
 
 
@@ -31,10 +44,16 @@ class TileBounds:
 
 
 class SearchSpace:
-    """Every candidate for one workload on one backend."""
+    """Every candidate for one workload on one backend.
 
-    def __init__(self, w: Workload, bounds: TileBounds = TileBounds()):
-        self.w = w
+    ``choices``: the statements offered contraction orders (by default every product
+    that some order makes cheaper; a variant, built for a rewritten workload, offers none)."""
+
+    def __init__(self, w: Workload, bounds: TileBounds = TileBounds(),
+                 choices: dict[str, OrderChoices] | None = None):
+        self.w, self.bounds = w, bounds
+        self.order_choices = order_choices(w) if choices is None else choices
+        self._variants: dict[Orders, SearchSpace] = {}
         spec = w.space
         self.edges = edges_of(w.ops)
         self.forbid = {tuple(e.split("->")) for e in spec.get("forbid_fusion", [])}
@@ -58,6 +77,61 @@ class SearchSpace:
             self.tile_options[op.out] = per_dim
         self.library_ok = {op.out for op in w.ops if gemm_form(op) is not None}
         self.auto_layouts = self._auto_layouts()
+
+    # ---- contraction orders --------------------------------------------------------------
+    def variant(self, orders: Orders) -> "SearchSpace":
+        """The space of the workload rewritten with ``orders`` (this space if there are none)."""
+        if not orders:
+            return self
+        key = tuple(sorted(orders))
+        if key not in self._variants:
+            self._variants[key] = SearchSpace(rewrite(self.w, key), self.bounds, {})
+        return self._variants[key]
+
+    def order_options(self, stmt: str) -> list[str]:
+        """Values of ``order:STMT``: the offered orders, best first, then UNSPLIT."""
+        return [tree_text(o.tree) for o in self.order_choices[stmt].orders] + [UNSPLIT]
+
+    def best_orders(self) -> Orders:
+        """Each product statement in its order of fewest flops (what the named plans use)."""
+        return tuple((stmt, ch.orders[0].tree) for stmt, ch in sorted(self.order_choices.items()))
+
+    def ask_orders(self, choose: Choose) -> Orders:
+        out = []
+        for stmt in sorted(self.order_choices):
+            pick = choose(f"order:{stmt}", self.order_options(stmt))
+            if pick != UNSPLIT:
+                out.append((stmt, parse_tree(pick)))
+        return tuple(out)
+
+    def meaning(self, question: str):
+        """What the options of ``question`` stand for in this space (None: never asked)."""
+        kind, _, rest = question.partition(":")
+        if kind == "impl" and rest in self.w.producer and self.w.op(rest).is_contraction:
+            return [i for i in self.impls if i != IMPL_LIBRARY or rest in self.library_ok] \
+                or [IMPL_LOOP]
+        if kind == "fuse":
+            return [0, 1] if tuple(rest.split("->")) in self.edges else None
+        if kind == "layout":
+            return self.layout_options(rest) if rest in self.w.shapes else None
+        if kind == "tile":
+            anchor, k = rest.rsplit(":", 1)
+            opts = self.tile_options.get(anchor, [])
+            return opts[int(k)] if int(k) < len(opts) else None
+        return None
+
+    def _qualified(self, choose: Choose, sub: "SearchSpace", orders: Orders) -> Choose:
+        """``choose`` for a variant's questions: a question whose options mean something else
+        there than here (impl:r once r is a pairwise contraction, the layouts and tiles of the
+        new intermediates) is asked as ``question@r=((0,1),2)``, so that a parameter name
+        always has one set of options (Optuna requires it of a study)."""
+        tag = ";".join(f"{stmt}={tree_text(t)}" for stmt, t in orders)
+
+        def ask(question: str, opts):
+            if sub.meaning(question) != self.meaning(question):
+                question = f"{question}@{tag}"
+            return choose(question, opts)
+        return ask
 
     # ---- layouts -------------------------------------------------------------------------
     def layout_options(self, tensor: str) -> list[tuple[int, ...]]:
@@ -109,6 +183,10 @@ class SearchSpace:
     # ---- building a candidate ------------------------------------------------------------
     def build(self, choose: Choose, name: str = "") -> Candidate:
         """Ask every decision through ``choose``; returns a legal candidate."""
+        orders = self.ask_orders(choose)
+        if orders:
+            sub = self.variant(orders)
+            return replace(sub.build(self._qualified(choose, sub, orders), name), orders=orders)
         w = self.w
         impl = {}
         for op in w.ops:
@@ -156,13 +234,20 @@ class SearchSpace:
 def params_of(space: SearchSpace, cand: Candidate) -> dict[str, object] | None:
     """The answers to ``space.build``'s questions that rebuild ``cand`` (None if none do):
     how a named or model-picked plan is handed to a sampler as an ordinary trial."""
+    trees = dict(cand.orders)
+    if any(stmt not in space.order_choices or tree_text(t) not in space.order_options(stmt)
+           for stmt, t in trees.items()):
+        return None                     # an order this space does not offer
+    top, space = space, space.variant(cand.orders)   # the questions after the orders
     w = space.w
     fused = cand.fused_pairs
     params: dict[str, object] = {}
 
     def answer(name: str, opts):
-        kind, _, rest = name.partition(":")
-        if kind == "impl":
+        kind, _, rest = name.split("@", 1)[0].partition(":")
+        if kind == "order":
+            val = tree_text(trees[rest]) if rest in trees else UNSPLIT
+        elif kind == "impl":
             try:
                 val = cand.schedule(rest).impl
             except KeyError:
@@ -183,5 +268,5 @@ def params_of(space: SearchSpace, cand: Candidate) -> dict[str, object] | None:
         params[name] = val
         return val
 
-    built = space.build(answer)
+    built = top.build(answer)
     return params if built.key == cand.key else None

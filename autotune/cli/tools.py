@@ -41,10 +41,18 @@ def explain(workload: WorkloadArg = DEFAULT_WORKLOAD,
     from search_spaces.plans import named_plan
     from search_spaces.space import SearchSpace
 
+    from search_spaces.orders import describe
+    from search_spaces.rewrite import rewritten
+    from search_spaces.trees import tree_text
+
     spec = _cost_model_device(device)
     w = load(workload, dims)
-    cand = named_plan(SearchSpace(w), plan)
+    space = SearchSpace(w)
+    cand = named_plan(space, plan)
     est = costmodel.estimate(w, cand, spec)
+    chosen = dict(cand.orders)
+    orders = [(ch, chosen.get(stmt)) for stmt, ch in sorted(space.order_choices.items())]
+    rw = rewritten(w, cand)           # the groups' anchors are ops of the rewritten workload
     if dot:
         from autotune.report.dot import dispatch_dot
         try:
@@ -56,16 +64,22 @@ def explain(workload: WorkloadArg = DEFAULT_WORKLOAD,
     if fmt == "json":
         d = est.to_dict()
         d["plan"] = plan
+        d["orders"] = [{"statement": ch.stmt, "order": tree_text(t) if t is not None else "none",
+                        "text": describe(ch, t, w.dtype), "rank": ch.rank(t) if t else None,
+                        "offered": [tree_text(o.tree) for o in ch.orders],
+                        "unsplit_flops": ch.unsplit_flops} for ch, t in orders]
         for g, gd in zip(est.groups, d["groups"]):
-            op = w.op(g.anchor)
+            op = rw.op(g.anchor)
             gd["domain"] = {"parallel": dict(zip(op.parallel, op.out_shape)),
                             "reduction": {r: op.extent(r) for r in op.reduction}}
         typer.echo(json.dumps(d, indent=2))
         return
     typer.echo(f"workload {w.name}  dims: " + ", ".join(f"{k}={v}" for k, v in w.dims)
                + f"  plan: {plan}  device: {spec.name}")
+    for ch, t in orders:
+        typer.echo(f"order: {describe(ch, t, w.dtype)}")
     for k, g in enumerate(est.groups):
-        op = w.op(g.anchor)
+        op = rw.op(g.anchor)
         dom = ", ".join(f"{i}:{e}" for i, e in zip(op.parallel, op.out_shape))
         red = ", ".join(f"{r}:{op.extent(r)}" for r in op.reduction)
         tiles = "(" + ",".join(str(t) for t in g.tiles) + ")" if g.tiles else "-"

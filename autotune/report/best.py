@@ -7,6 +7,7 @@ from db.keys import PlanKey, stale_reasons
 from db.records import Status
 from db.store import PlanDB
 from search_spaces.candidate import Candidate
+from search_spaces.trees import tree_text
 
 from autotune.environment import detect
 
@@ -29,9 +30,12 @@ def _named_times(db: PlanDB, plan_key: str) -> tuple[dict[str, float], dict[str,
 
 
 def plan_summary(cand: Candidate) -> str:
-    """One line: fused edges, library groups, non-identity layouts."""
+    """One line: contraction orders, fused edges, library groups, non-identity layouts."""
     lib = [s.anchor for s in cand.schedules if s.impl == "library"]
     parts = [f"{len(cand.schedules)} groups", f"fused {', '.join(cand.fused) or 'nothing'}"]
+    if cand.orders:
+        parts.insert(0, "split " + ", ".join(f"{stmt} as {tree_text(t)}"
+                                             for stmt, t in cand.orders))
     if lib:
         parts.append(f"library GEMM for {', '.join(lib)}")
     if cand.layouts:

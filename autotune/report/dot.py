@@ -12,6 +12,7 @@ import math
 
 from search_spaces.candidate import Candidate
 from search_spaces.partition import groups
+from search_spaces.rewrite import rewritten
 from search_spaces.workload import Workload
 
 
@@ -41,7 +42,9 @@ def _size_label(tensor: str, size: int) -> str:
 
 
 def dispatch_dot(w: Workload, cand: Candidate, title: str | None = None) -> str:
-    """Graphviz DOT text of ``cand``'s groups, materialized tensors and inputs."""
+    """Graphviz DOT text of ``cand``'s groups, materialized tensors and inputs (of the
+    workload the candidate runs: its contraction orders applied)."""
+    w = rewritten(w, cand)
     gs = groups(w, cand.fused_pairs)
     group_of = {m: k for k, g in enumerate(gs) for m in g.members}
     op_id = lambda name: _q(f"op:{name}")

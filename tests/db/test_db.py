@@ -340,7 +340,8 @@ def test_schema1_database_is_migrated(tmp_path, source):
     content scripted with raw SQL) opens: migrated to schema 2 in one transaction, data
     intact, new columns present, plans re-keyed so that they are still found."""
     import shutil
-    from tests.support.schema1 import ENV as FENV, FIXTURE, OLD_ENV, TRIALS, key_v1, make_schema1_db
+    from tests.support.schema1 import (ENV as FENV, FIXTURE, FIXTURE_SPACE_VERSION, OLD_ENV,
+                                       TRIALS, key_v1, make_schema1_db)
     p = tmp_path / "old.sqlite"
     if source == "binary":
         shutil.copyfile(FIXTURE, p)
@@ -354,8 +355,11 @@ def test_schema1_database_is_migrated(tmp_path, source):
         assert pdb.migrated_from == 1
         cols = pdb.db["trials"].columns_dict
         assert cols["times_json"] is str and cols["rel_err"] is float
-        cur, old = PlanKey.for_env("w0", FENV), PlanKey.for_env("w0", OLD_ENV)
+        # today's schema, the plans' own search-space version (the fixture predates SPACE_VERSION 2)
+        cur, old = (PlanKey.for_env("w0", e, space_version=FIXTURE_SPACE_VERSION)
+                    for e in (FENV, OLD_ENV))
         assert cur.schema_version == SCHEMA_VERSION == 2
+        assert pdb.best(PlanKey.for_env("w0", FENV).key) is None   # another space: stale
         best = pdb.best(cur.key)           # found under today's key
         assert (best.candidate, best.measured_s, best.trial_number) == ({"name": ""}, 1.5, 3)
         assert pdb.best(old.key).measured_s == 1.0

@@ -21,9 +21,16 @@ OLD_ENV = Environment.from_dict({**ENV.to_dict(), "libraries": {**ENV.library_di
                                                                  "numpy": "1.26"}})
 
 
+# The search-space encoding of the fixture's plans (search_spaces.space.SPACE_VERSION when the
+# schema-1 code wrote it): a migration re-keys plans under their own space version, so today's
+# key (a later SPACE_VERSION) does not find them, as intended.
+FIXTURE_SPACE_VERSION = "1"
+
+
 def key_v1(env: Environment) -> PlanKey:
     """The key schema 1 gave workload "w0" on ``env``."""
-    return PlanKey(**{**PlanKey.for_env("w0", env).parts(), "schema_version": 1})
+    return PlanKey(**{**PlanKey.for_env("w0", env, space_version=FIXTURE_SPACE_VERSION).parts(),
+                      "schema_version": 1})
 
 
 # (env, study, number, candidate_json, status, predicted_s, measured_s, error)

@@ -24,6 +24,7 @@ import numpy as np
 from search_spaces.candidate import IMPL_LIBRARY, Candidate
 from search_spaces.gemm import gemm_form
 from search_spaces.partition import groups, materialized
+from search_spaces.rewrite import rewritten
 from search_spaces.workload import Workload
 
 from autotune.backends.base import Arrays, BufferPool, Cutoff, timed_runs
@@ -134,6 +135,9 @@ class CompiledPlan:
 
     def __init__(self, w: Workload, cand: Candidate, cache_dir: Path,
                  pool: BufferPool | None = None):
+        # the workload the candidate runs: its contraction orders applied (same inputs and
+        # outputs; the split statements' intermediates are plan buffers like any other)
+        w = rewritten(w, cand)
         self.w, self.cand = w, cand
         self.dtype = np.dtype(w.dtype)
         units = generate_units(w, cand)

@@ -78,6 +78,8 @@ class CpuBackendKind:
         groups are library GEMMs instead."""
         from autotune.backends.cpu.codegen import generate
         from autotune.backends.cpu.executor import CFLAGS
+        from search_spaces.rewrite import rewritten
+        w = rewritten(w, cand)             # the candidate's contraction orders applied
         src, kernels = generate(w, cand)
         notes = [f"compile by hand: cc {' '.join(CFLAGS)} plan.c -o plan.so -lm", ""]
         loop = {k.anchor for k in kernels}

@@ -33,6 +33,7 @@ import numpy as np
 from search_spaces.candidate import IMPL_LIBRARY, Candidate
 from search_spaces.gemm import gemm_form
 from search_spaces.partition import groups, materialized
+from search_spaces.rewrite import rewritten
 from search_spaces.workload import Workload
 
 from autotune.backends.base import Arrays, Cutoff, timed_runs
@@ -62,6 +63,7 @@ class CudaPlan:
 
     def __init__(self, w: Workload, cand: Candidate, cache_dir: Path, runtime=None,
                  block: int = 256):
+        w = rewritten(w, cand)          # the candidate's contraction orders applied
         self.w, self.cand = w, cand
         self.rt = runtime if runtime is not None else CupyRuntime()
         self.dtype = np.dtype(w.dtype)

@@ -82,9 +82,11 @@ class CudaBackendKind:
         from costmodel.cuda_limits import DEFAULT_SHARED_BYTES, SHARED_OPTIN_BY_ARCH
         from search_spaces.gemm import gemm_form
         from search_spaces.partition import groups
+        from search_spaces.rewrite import rewritten
 
         from autotune.backends.cuda.codegen import generate_cuda, kernel_source
         from autotune.backends.cuda.executor import precision_of
+        w = rewritten(w, cand)             # the candidate's contraction orders applied
         src, kernels = generate_cuda(w, cand)
         by_anchor = {k.anchor: k for k in kernels}
         files: dict[str, str] = {}
