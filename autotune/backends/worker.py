@@ -305,7 +305,7 @@ class WorkerHandle:
             return [reply] * len(req.candidates)
         return list(reply.measurements)
 
-    def _ask(self, req, timeout_s: float, expect: type):
+    def _ask(self, req, timeout_s: float | None, expect: type):
         """Send ``req`` and wait for its reply of type ``expect``; a failed Measurement when
         the worker cannot start, crashes, times out or answers otherwise."""
         if self.proc is None or not self.proc.is_alive():
@@ -315,7 +315,7 @@ class WorkerHandle:
         try:
             # the worker stops itself at timeout_s; the parent's wait is the backstop
             self.conn.send(req)
-            if not self.conn.poll(timeout_s + PARENT_GRACE_S):
+            if not self.conn.poll(None if timeout_s is None else timeout_s + PARENT_GRACE_S):
                 self.kill()
                 return Measurement(Status.FAILED, error=timeout_message(timeout_s))
             reply = self.conn.recv()

@@ -29,7 +29,7 @@ from search_spaces.space import SearchSpace
 from search_spaces.workload import Workload
 
 from autotune.search.config import Progress, SearchConfig, SearchResult, make_sampler
-from autotune.search.confirm import confirm, wants_confirmation
+from autotune.search.confirm import confirm, is_confirmed, wants_confirmation
 from autotune.search.state import SearchState
 
 
@@ -67,6 +67,10 @@ def search(w: Workload, space: SearchSpace, backend, db: PlanDB, key: PlanKey, d
                 params=t.params, distributions=_distributions(t.params, t.options), state=state,
                 value=t.measured_s if state == TrialState.COMPLETE else None))
     prog = s.prog
+    if prog.done and is_confirmed(best := db.best(key.key)):
+        # the bar for early stops is the confirmed median, not a lucky run it overruled
+        prog.best_s, prog.best_name, s.best_pred = best.measured_s, best.name or \
+            best.to_candidate().key[:12], best.predicted_s
     if on_trial and prog.done:
         on_trial(prog)
 

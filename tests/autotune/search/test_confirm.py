@@ -181,7 +181,7 @@ def test_a_rerun_confirms_only_what_is_new(w, space, fresh_db):
     assert b.confirms == [] and again.confirmation is None
     assert confirm_rows(fresh_db, w) == first
     # a larger budget: the resumed search confirms again, and the newer winner is the best
-    more, _, c = run(w, space, fresh_db, dataclasses.replace(config, budget=12))
+    _, _, c = run(w, space, fresh_db, dataclasses.replace(config, budget=12))
     assert len(c.confirms) == 1
     rows = confirm_rows(fresh_db, w)
     newer = rows[len(first):]
@@ -226,3 +226,17 @@ def test_a_recorded_confirmation_replays(w, space, fast_tmp):
         [[getattr(r, f) for f in fields] for r in recorded]
     assert (again.candidate, again.measured_s, again.study) == \
         (best.candidate, best.measured_s, best.study)
+
+
+def test_a_resumed_search_measures_against_the_confirmed_best(w, space, fresh_db):
+    """Resumed after a confirmation that overruled a lucky run, the search's early stops
+    compare with the confirmed median, not the luck."""
+    unfused = named_plan(space, "unfused")
+    config = dataclasses.replace(CONFIRMED, budget=6, prune_factor=1e9)
+    run(w, space, fresh_db, config, Lucky(w, DEV, sigma=0.0, lucky=unfused.key))
+    best = fresh_db.best(fake_key(w).key)
+    lucky = min(r.measured_s for r in search_rows(fresh_db, w) if r.status == "ok")
+    assert lucky < best.measured_s
+    _, _, b = run(w, space, fresh_db, dataclasses.replace(config, budget=10),
+                     Lucky(w, DEV, sigma=0.0, lucky=unfused.key))
+    assert b.calls and b.calls[0][2] == best.measured_s

@@ -54,3 +54,23 @@ def test_a_cpu_search_caches_the_winner_of_its_confirmation(tmp_path):
     data = json.loads(runner.invoke(app, ["show-best", "trimul_outgoing", "--dims", DIMS,
                                           "--db", str(path), "--format", "json"]).stdout)
     assert data[0]["confirmed"] == {"rounds": 3, "finalists": len(confirm)}
+
+
+def test_the_progress_line_says_when_the_machine_is_busy(monkeypatch, tmp_path):
+    """A plain progress line (stdout is no terminal here) names a busy machine, and only
+    then."""
+    import autotune.api
+    from autotune.search.config import Progress, SearchResult
+
+    def fake_search(w, device, db, config, settings, on_trial):
+        on_trial(Progress(done=1, measured=1, best_s=1.0, best_name="unfused",
+                          last="unfused: ok 1 s"))
+        on_trial(Progress(done=2, measured=2, best_s=1.0, best_name="unfused",
+                          last="heuristic: ok 1.2 s", busy=True, loaded_runs=1))
+        return SearchResult(None, "tpe-seed0", Progress(done=2))
+    monkeypatch.setattr(autotune.api, "run_search", fake_search)
+    r = runner.invoke(app, ["search", "trimul_outgoing", "--dims", DIMS, "--budget", "2",
+                            "--db", str(tmp_path / "p.sqlite")])
+    lines = [x for x in r.stdout.splitlines() if x.startswith("trial ")]
+    assert len(lines) == 2
+    assert "machine busy" not in lines[0] and "machine busy" in lines[1]
