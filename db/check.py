@@ -12,6 +12,7 @@ import urllib.parse
 from pathlib import Path
 
 from .keys import SCHEMA_VERSION, PlanKey
+from .records import CONFIRMATION_SUFFIX
 from .schema import stored_version
 
 MAGIC = b"SQLite format 3\x00"
@@ -78,15 +79,38 @@ def integrity(conn: sqlite3.Connection, quick: bool) -> list[str]:
     return [str(r[0]) for r in rows if str(r[0]) != "ok"]
 
 
+def expected_best(conn: sqlite3.Connection, plan_key: str) -> float | None:
+    """The time the best plan of ``plan_key`` must have: the fastest ok trial; after a
+    confirmation, the fastest of its winner and of the ok trials written since (a
+    confirmation replaces the best even where an earlier single run was faster)."""
+    last = conn.execute(
+        "SELECT study, created FROM trials WHERE plan_key = ? AND study LIKE ? "
+        "ORDER BY created DESC LIMIT 1", (plan_key, "%" + CONFIRMATION_SUFFIX)).fetchone()
+    if last is None:
+        return conn.execute("SELECT MIN(measured_s) FROM trials WHERE plan_key = ? AND "
+                            "status = 'ok'", (plan_key,)).fetchone()[0]
+    study, created = last
+    times = [r[0] for r in conn.execute(
+        "SELECT MIN(measured_s) FROM trials WHERE plan_key = ? AND status = 'ok' AND "
+        "study = ? AND created = ? UNION ALL SELECT MIN(measured_s) FROM trials WHERE "
+        "plan_key = ? AND status = 'ok' AND created > ?",
+        (plan_key, study, created, plan_key, created)) if r[0] is not None]
+    return min(times, default=None)
+
+
 def consistency(conn: sqlite3.Connection) -> list[str]:
-    """Check the invariants add_trial maintains: best = min over the ok trials of each
-    key, every best row names a real trial, and every key matches its stored parts."""
+    """Check the invariants add_trial and add_confirmation maintain: best = min over the ok
+    trials of each key (or the winner of its last confirmation, see :func:`expected_best`),
+    every best row names a real trial, and every key matches its stored parts."""
     problems = []
-    mins = dict(conn.execute(
-        "SELECT plan_key, MIN(measured_s) FROM trials WHERE status = 'ok' GROUP BY plan_key"))
+    keys = [r[0] for r in conn.execute(
+        "SELECT DISTINCT plan_key FROM trials WHERE status = 'ok'")]
+    mins = {k: expected_best(conn, k) for k in keys}
     best = {r[0]: r for r in conn.execute(
         "SELECT plan_key, measured_s, study, trial_number FROM best_plans")}
     for k, m in mins.items():
+        if m is None:
+            continue
         if k not in best:
             problems.append(f"key {k[:12]}: {m:.6g} s ok trials but no best plan")
         elif best[k][1] != m:

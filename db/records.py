@@ -34,6 +34,22 @@ class Status(enum.StrEnum):
 # The statuses a stored trial may have (the trials table's CHECK constraint).
 TRIAL_STATUSES = (Status.OK, Status.FAILED, Status.PRUNED)
 
+# A confirmation (finalists re-measured side by side at the end of a search) is stored as ok or
+# failed trials of the study CONFIRMATION_SUFFIX appended to the search's own, one row per
+# finalist with every round's time in ``times``; the rows of one confirmation share their
+# ``created`` time (written in one transaction), and its winner is the key's best plan.
+CONFIRMATION_SUFFIX = ":confirm"
+
+
+def confirmation_study(study: str) -> str:
+    """The study a search's confirmations are stored under."""
+    return study + CONFIRMATION_SUFFIX
+
+
+def is_confirmation(study: str) -> bool:
+    """Whether ``study`` holds confirmations rather than a search's trials."""
+    return study.endswith(CONFIRMATION_SUFFIX)
+
 
 def _loads(text: str | None, empty):
     return json.loads(text) if text else empty

@@ -20,7 +20,8 @@ from .errors import DBError
 from .keys import PlanKey, stale_reasons
 from .opening import (BUSY_TIMEOUT_S, enable_wal, foreign, guard, newer, one_line, refuse,
                       sqlite_failure)
-from .records import TRIAL_STATUSES, BestPlan, Status, StoredTrial, TrialOutcome
+from .records import (TRIAL_STATUSES, BestPlan, Status, StoredTrial, TrialOutcome,
+                      confirmation_study)
 from .schema import immediate, migrate
 
 
@@ -107,7 +108,29 @@ class PlanDB:
             self._insert(key, study, number, outcome)
             return number
 
-    def _insert(self, key: PlanKey, study: str, number: int, o: TrialOutcome) -> bool:
+    def add_confirmation(self, key: PlanKey, study: str, outcomes: list[TrialOutcome]
+                         ) -> int | None:
+        """Store a confirmation of search ``study``: ``outcomes`` (one per finalist, ok with
+        every round's time in ``times`` and their median as ``measured_s``, or failed) as
+        trials of ``confirmation_study(study)`` numbered after its last, sharing one
+        ``created`` time, and make the winner (the fastest ok outcome) the best plan of the
+        key, in the same transaction.  The winner replaces the stored best even where an
+        earlier single run measured faster: that is what a confirmation is for.  Returns
+        the winner's trial number; None, and nothing stored, when no outcome is ok."""
+        ok = [i for i, o in enumerate(outcomes) if o.status == Status.OK]
+        if not ok:
+            return None
+        win = min(ok, key=lambda i: outcomes[i].measured_s)
+        name = confirmation_study(study)
+        with immediate(self.db.conn):
+            first, created = self._next(key.key, name), _now()
+            for i, o in enumerate(outcomes):
+                self._insert(key, name, first + i, o, created, keep_best=False)
+            self._set_best(key, outcomes[win], name, first + win, created, replace=True)
+        return first + win
+
+    def _insert(self, key: PlanKey, study: str, number: int, o: TrialOutcome,
+                created: str | None = None, keep_best: bool = True) -> bool:
         status, measured_s = o.status, o.measured_s
         if status not in TRIAL_STATUSES:
             raise ValueError(f"trial status {status!r}: expected one of "
@@ -129,28 +152,35 @@ class PlanDB:
                                                                          sort_keys=True),
                "times_json": json.dumps(list(o.times)) if o.times else None,
                "rel_err": None if o.rel_err is None else float(o.rel_err),
-               "created": _now()}
+               "created": created or _now()}
         names = ", ".join(row)
         cur = self.db.conn.execute(
             f"INSERT INTO trials ({names}) VALUES ({', '.join(':' + n for n in row)}) "
             "ON CONFLICT (plan_key, study, number) DO NOTHING", row)
         if cur.rowcount != 1:
             return False
-        if status == Status.OK:
-            w = self.db.conn.execute("SELECT name FROM workloads WHERE hash = ?",
-                                     (key.workload_hash,)).fetchone()
-            best = {**cols, "workload_name": w[0] if w else "",
-                    "candidate_json": candidate_json, "measured_s": measured_s,
-                    "predicted_s": o.predicted_s, "study": study, "trial_number": number,
-                    "updated": row["created"]}
-            changing = [c for c in best if c not in cols]
-            # Keep-best: the conflict branch fires only for a strictly faster plan.
-            self.db.conn.execute(
-                f"INSERT INTO best_plans ({', '.join(best)}) "
-                f"VALUES ({', '.join(':' + n for n in best)}) ON CONFLICT (plan_key) "
-                f"DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in changing)} "
-                "WHERE excluded.measured_s < best_plans.measured_s", best)
+        if status == Status.OK and keep_best:
+            self._set_best(key, o, study, number, row["created"], replace=False)
         return True
+
+    def _set_best(self, key: PlanKey, o: TrialOutcome, study: str, number: int, updated: str,
+                  replace: bool) -> None:
+        """Make ok trial ``study``#``number`` the key's best plan: only when strictly faster
+        than the stored one (keep-best), or whatever it stores (``replace``)."""
+        cols = key.columns()
+        w = self.db.conn.execute("SELECT name FROM workloads WHERE hash = ?",
+                                 (key.workload_hash,)).fetchone()
+        best = {**cols, "workload_name": w[0] if w else "",
+                "candidate_json": o.candidate.to_json(), "measured_s": o.measured_s,
+                "predicted_s": o.predicted_s, "study": study, "trial_number": number,
+                "updated": updated}
+        changing = [c for c in best if c not in cols]
+        # Keep-best: the conflict branch fires only for a strictly faster plan.
+        self.db.conn.execute(
+            f"INSERT INTO best_plans ({', '.join(best)}) "
+            f"VALUES ({', '.join(':' + n for n in best)}) ON CONFLICT (plan_key) "
+            f"DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in changing)} "
+            + ("" if replace else "WHERE excluded.measured_s < best_plans.measured_s"), best)
 
     def prune(self, keep_keys: set[str]) -> int:
         """Delete best plans and trials whose key is not in ``keep_keys``; returns the

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from search_spaces.candidate import Candidate
 from search_spaces.space import TileBounds
 from search_spaces.workload import Workload
 
+from autotune.backends.load import LoadWatch
 from autotune.environment import Environment
 
 Arrays = dict[str, np.ndarray]          # tensor name -> array
@@ -34,9 +35,10 @@ class Measurement:
     """Outcome of measuring one candidate."""
     status: Status                 # OK or FAILED (a wrong result is FAILED, its error says so)
     median_s: float | None = None
-    times: tuple[float, ...] = ()
+    times: tuple[float, ...] = ()  # the trusted runs (those under load only when none was not)
     rel_err: float | None = None   # worst relative L2 error over the outputs
     error: str = ""
+    loaded_runs: int = 0           # runs taken while other processes kept the machine busy
 
     def __post_init__(self) -> None:
         # a bare "ok"/"failed" (a plan of a test, say) becomes its member; anything else is a bug
@@ -49,12 +51,26 @@ class Measurement:
 
 
 @dataclass(frozen=True)
+class Leniency:
+    """What the search knows of a candidate beyond the best time, to keep an early stop from
+    discarding it on noise: ``spread``, the run-to-run spread it has observed (the median
+    absolute log ratio of repeated runs to their median), and ``favourite``, whether the cost
+    model ranks the candidate among its best few predictions (never given up on one run)."""
+    spread: float = 0.0
+    favourite: bool = False
+
+
+@dataclass(frozen=True)
 class Cutoff:
-    """When a plan's timed runs may stop early: it cannot be the best so far any more.
-    Without ``best_s`` (nothing measured yet) every run is made."""
+    """When a plan's timed runs stop: early when it cannot be the best so far any more, later
+    when runs were taken under load.  Without ``best_s`` (nothing measured yet) every run is
+    made.  ``watch`` (None: every run trusted) times each run and says whether other processes
+    kept the machine busy meanwhile; such a run is made again, ``reruns`` times at most."""
     best_s: float | None = None
     give_up_factor: float = math.inf
     contend_factor: float = math.inf
+    watch: LoadWatch | None = None
+    reruns: int = 0
 
     def gives_up(self, first_s: float) -> bool:
         """A checked first run this far off the best: it is the only sample."""
@@ -65,23 +81,40 @@ class Cutoff:
         return self.best_s is not None and len(times) == 2 and \
             min(times) > self.contend_factor * self.best_s
 
+    def time(self, run: Callable[[], float | None]) -> tuple[float | None, bool]:
+        """``run()``'s seconds and whether it ran under load."""
+        return self.watch.time(run) if self.watch is not None else (run(), False)
 
-def timed_runs(first_s: float, run: Callable[[], float], warmup: int, repeats: int,
-               cutoff: Cutoff) -> list[float]:
-    """Seconds of every timed run of a candidate whose checked first run took ``first_s``;
-    ``run()`` runs it once more and returns its seconds.  The checked run is a sample too (plans
-    pre-fault their buffers, so it is steady-state).  One loop for every plan and for the test
-    fake, so that their early stops cannot drift apart."""
-    if cutoff.gives_up(first_s):
-        return [first_s]
+
+def timed_runs(first: Callable[[], float | None], run: Callable[[], float], warmup: int,
+               repeats: int, cutoff: Cutoff) -> list[float]:
+    """Seconds of every trusted timed run of a candidate.  ``first()`` makes the checked run
+    and returns its seconds (None: the check failed, nothing more runs, no times); ``run()``
+    runs it once more.  The checked run is a sample too (plans pre-fault their buffers, so it
+    is steady-state).  A run under load does not count and decides nothing: it is made again,
+    ``cutoff.reruns`` times at most over the measurement; when every run was under load, their
+    times are all there is.  The first trusted run far off the best is the only one; two
+    trusted runs out of contention end the repeats.  One loop for every plan and for the
+    test fake, so that their early stops cannot drift apart."""
+    seconds, busy = cutoff.time(first)
+    if seconds is None:
+        return []
+    trusted, loaded = ([], [seconds]) if busy else ([seconds], [])
+    if trusted and cutoff.gives_up(seconds):
+        return trusted
     for _ in range(warmup):
         run()
-    times = [first_s]
-    for _ in range(repeats - 1):
-        times.append(run())
-        if cutoff.out_of_contention(times):
+    while len(trusted) < repeats and len(trusted) + len(loaded) < repeats + cutoff.reruns:
+        seconds, busy = cutoff.time(run)
+        if busy:
+            loaded.append(seconds)
+            continue
+        trusted.append(seconds)
+        if len(trusted) == 1 and cutoff.gives_up(seconds):
             break
-    return times
+        if cutoff.out_of_contention(trusted):
+            break
+    return trusted or loaded
 
 
 @dataclass(frozen=True)
@@ -95,10 +128,29 @@ class MeasureSettings:
     # runs from 268 to 218 and found the same best.
     give_up_factor: float = 1.15
     contend_factor: float = 1.05
+    # ... and a first run within the noise band the search has seen is no reason to give up:
+    # the factor is at least exp(noise_k x spread).  A median absolute deviation is ~0.67
+    # standard deviations, so 6 is ~4 sigma: a run that far off is slow, not unlucky.  The
+    # floor: a spread measured on few repeats may read near zero.
+    noise_k: float = 6.0
+    noise_floor: float = 0.01
+    # A run during which other processes kept more than busy_cores cores busy on average is
+    # under load: made again (load_reruns times at most per measurement), never trusted.
+    busy_cores: float = 0.5
+    load_reruns: int = 3
 
-    def cutoff(self, best_s: float | None) -> Cutoff:
+    def give_up_at(self, leniency: Leniency) -> float:
+        """The factor over the best past which one run is enough (inf: never)."""
+        if leniency.favourite:
+            return math.inf
+        return max(self.give_up_factor,
+                   math.exp(self.noise_k * max(leniency.spread, self.noise_floor)))
+
+    def cutoff(self, best_s: float | None, leniency: Leniency = Leniency(),
+               watch: LoadWatch | None = None) -> Cutoff:
         """The early stop for a candidate measured against the best time so far."""
-        return Cutoff(best_s, self.give_up_factor, self.contend_factor)
+        return Cutoff(best_s, self.give_up_at(leniency), self.contend_factor, watch,
+                      self.load_reruns if watch is not None else 0)
 
 
 @dataclass(frozen=True)
@@ -185,9 +237,18 @@ class Backend(Protocol):
     kind: "BackendKind"
     settings: MeasureSettings
 
-    def measure(self, cand: Candidate, timeout_s: float, best_s: float | None) -> Measurement:
+    def measure(self, cand: Candidate, timeout_s: float, best_s: float | None,
+                leniency: Leniency = Leniency()) -> Measurement:
         """Compile, run, verify and time ``cand``; ``best_s`` (the best time so far) lets the
-        backend stop timing a candidate that cannot beat it."""
+        backend stop timing a candidate that cannot beat it, ``leniency`` how far off it may
+        be before one run is enough."""
+        ...
+
+    def confirm(self, cands: Sequence[Candidate], rounds: int, timeout_s: float
+                ) -> list[Measurement]:
+        """Re-measure finalists side by side, one measurement per candidate (in order):
+        each is compiled and verified, then ``rounds`` rounds run each once, in a shuffled
+        order, in one process.  ``timeout_s`` bounds the whole confirmation."""
         ...
 
     def reclaimable_bytes(self) -> int:

@@ -4,9 +4,10 @@ The worker builds its inputs from the seed, loads (or computes and caches) the f
 once, then serves measure requests over a pipe.  It never outlives its search: it dies with its
 parent however the parent ends (:func:`die_with_parent`), and it stops itself when a candidate
 runs past the request's timeout (:func:`arm_run_timeout`); the parent kills it too, a little
-later, should that fail, and starts a new one for the next candidate.  What crosses the pipe are the records below: requests
-(:class:`MeasureRequest`, :class:`Shutdown`) one way, replies (:class:`Ready`,
-:class:`WorkerError`, :class:`MeasureReply`) the other.
+later, should that fail, and starts a new one for the next candidate.  What crosses the pipe are
+records: requests (:class:`MeasureRequest`, :class:`~autotune.backends.confirm.ConfirmRequest`,
+:class:`Shutdown`) one way, replies (:class:`Ready`, :class:`WorkerError`,
+:class:`MeasureReply`, :class:`~autotune.backends.confirm.ConfirmReply`) the other.
 """
 from __future__ import annotations
 
@@ -28,8 +29,10 @@ from db.records import Status
 from search_spaces.candidate import Candidate
 from search_spaces.workload import Workload
 
-from autotune.backends.base import (Arrays, BackendKind, BufferPool, Measurement,
+from autotune.backends.base import (Arrays, BackendKind, BufferPool, Leniency, Measurement,
                                     MeasureSettings, Plan, PlanFactory, verify)
+from autotune.backends.confirm import ConfirmReply, ConfirmRequest, run_confirmation
+from autotune.backends.load import LoadProbe, LoadWatch, NoProbe, machine_probe
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,7 @@ class MeasureRequest:
     settings: MeasureSettings
     best_s: float | None
     timeout_s: float | None = None      # the worker stops itself past this (None: never)
+    leniency: Leniency = Leniency()     # how far off the best one run may be (see Cutoff)
 
 
 @dataclass(frozen=True)
@@ -148,23 +152,31 @@ def _serve(conn, spec: WorkerSpec, make_plan: PlanFactory) -> None:
     ref = load_or_compute_reference(w, inputs, Path(spec.cache_dir), spec.seed)
     # host buffers pass from one candidate to the next instead of being faulted in anew
     pool = BufferPool()
+    probe = machine_probe()          # is the machine busy during a run?
+    kernels = Path(spec.cache_dir) / "kernels"
     conn.send(Ready())
     while True:
         req = conn.recv()
         if isinstance(req, Shutdown):
             return
         arm_run_timeout(req.timeout_s)
-        m = _measure_one(w, req, inputs, ref, Path(spec.cache_dir), make_plan, pool)
+        if isinstance(req, ConfirmRequest):
+            ms = run_confirmation(w, req, inputs, ref, kernels, make_plan, pool, probe)
+            reply = ConfirmReply(ms, pool.nbytes)
+        else:
+            reply = MeasureReply(_measure_one(w, req, inputs, ref, kernels, make_plan, pool,
+                                              probe), pool.nbytes)
         arm_run_timeout(None)
-        conn.send(MeasureReply(m, pool.nbytes))
+        conn.send(reply)
 
 
 def _measure_one(w: Workload, req: MeasureRequest, inputs: Arrays, ref: Arrays,
-                 cache_dir: Path, make_plan: PlanFactory, pool: BufferPool) -> Measurement:
+                 kernels: Path, make_plan: PlanFactory, pool: BufferPool,
+                 probe: LoadProbe) -> Measurement:
     plan = None
     try:
-        plan = make_plan(w, req.candidate, cache_dir / "kernels", pool=pool)
-        return _run(w, plan, inputs, ref, req.settings, req.best_s)
+        plan = make_plan(w, req.candidate, kernels, pool=pool)
+        return _run(w, plan, inputs, ref, req.settings, req.best_s, req.leniency, probe)
     except MemoryError:
         # the frames holding the candidate's arrays are gone once we return: the worker
         # serves the next candidate with its memory back
@@ -191,18 +203,22 @@ class _Check:
 
 
 def _run(w: Workload, plan: Plan, inputs: Arrays, ref: Arrays, settings: MeasureSettings,
-         best_s: float | None) -> Measurement:
-    """Verify the first run, then time repeats until the candidate cannot be the best."""
+         best_s: float | None, leniency: Leniency = Leniency(),
+         probe: LoadProbe = NoProbe()) -> Measurement:
+    """Verify the first run, then time repeats until the candidate cannot be the best (runs
+    under load, as ``probe`` tells, made again rather than trusted)."""
     check = _Check(ref, w.rtol)
+    watch = LoadWatch(probe, settings.busy_cores)
     outs, times = plan.timed_call(inputs, settings.warmup, settings.repeats, check,
-                                  settings.cutoff(best_s))
+                                  settings.cutoff(best_s, leniency, watch))
     if check.verdict is None:      # a plan that skipped the check: verify what it returned
         check(outs)
     del outs
     err, msg = check.verdict
     if msg:
-        return Measurement(Status.FAILED, rel_err=err, error=msg)
-    return Measurement(Status.OK, statistics.median(times), tuple(times), err)
+        return Measurement(Status.FAILED, rel_err=err, error=msg, loaded_runs=watch.loaded)
+    return Measurement(Status.OK, statistics.median(times), tuple(times), err,
+                       loaded_runs=watch.loaded)
 
 
 def plan_factory(spec: WorkerSpec, make_plan_path: str | None) -> PlanFactory:
@@ -276,15 +292,30 @@ class WorkerHandle:
         return None
 
     def measure(self, cand: Candidate, settings: MeasureSettings, timeout_s: float,
-                best_s: float | None) -> Measurement:
+                best_s: float | None, leniency: Leniency = Leniency()) -> Measurement:
+        reply = self._ask(MeasureRequest(cand, settings, best_s, timeout_s, leniency),
+                          timeout_s, MeasureReply)
+        return reply if isinstance(reply, Measurement) else reply.measurement
+
+    def confirm(self, req: ConfirmRequest) -> list[Measurement]:
+        """The measurements of a confirmation (each failed, with the reason, when the worker
+        does not answer)."""
+        reply = self._ask(req, req.timeout_s, ConfirmReply)
+        if isinstance(reply, Measurement):
+            return [reply] * len(req.candidates)
+        return list(reply.measurements)
+
+    def _ask(self, req, timeout_s: float | None, expect: type):
+        """Send ``req`` and wait for its reply of type ``expect``; a failed Measurement when
+        the worker cannot start, crashes, times out or answers otherwise."""
         if self.proc is None or not self.proc.is_alive():
             err = self._start()
             if err:
                 return Measurement(Status.FAILED, error=err)
         try:
             # the worker stops itself at timeout_s; the parent's wait is the backstop
-            self.conn.send(MeasureRequest(cand, settings, best_s, timeout_s))
-            if not self.conn.poll(timeout_s + PARENT_GRACE_S):
+            self.conn.send(req)
+            if not self.conn.poll(None if timeout_s is None else timeout_s + PARENT_GRACE_S):
                 self.kill()
                 return Measurement(Status.FAILED, error=timeout_message(timeout_s))
             reply = self.conn.recv()
@@ -294,12 +325,12 @@ class WorkerHandle:
             if code == -signal.SIGALRM:
                 return Measurement(Status.FAILED, error=timeout_message(timeout_s))
             return Measurement(Status.FAILED, error=crash_message(code))
-        if not isinstance(reply, MeasureReply):
+        if not isinstance(reply, expect):
             self.kill()
             return Measurement(Status.FAILED, error=reply.error if isinstance(reply, WorkerError)
                                else f"worker sent {type(reply).__name__}, not a measurement")
         self.pooled_bytes = reply.pooled_bytes
-        return reply.measurement
+        return reply
 
     def kill(self) -> None:
         self.pooled_bytes = 0
@@ -332,8 +363,15 @@ class WorkerBackend:
         spec = WorkerSpec(source, w.dims, seed, str(cache_dir), kind.name)
         self.worker = WorkerHandle(spec, make_plan)
 
-    def measure(self, cand: Candidate, timeout_s: float, best_s: float | None) -> Measurement:
-        return self.worker.measure(cand, self.settings, timeout_s, best_s)
+    def measure(self, cand: Candidate, timeout_s: float, best_s: float | None,
+                leniency: Leniency = Leniency()) -> Measurement:
+        return self.worker.measure(cand, self.settings, timeout_s, best_s, leniency)
+
+    def confirm(self, cands, rounds: int, timeout_s: float) -> list[Measurement]:
+        """Finalists re-measured side by side in the worker (see autotune.backends.confirm);
+        the order of each round is drawn from the search's seed."""
+        return self.worker.confirm(ConfirmRequest(tuple(cands), rounds, self.settings,
+                                                  self.worker.spec.seed, timeout_s))
 
     def reclaimable_bytes(self) -> int:
         """Memory the worker holds for the next candidate (its buffer pool): free for it."""

@@ -24,6 +24,9 @@ def search_cmd(
         prune_factor: float = typer.Option(2.0, help="skip candidates predicted this many "
                                                      "times slower than the best"),
         repeats: int = typer.Option(3, help="timed runs per candidate (median)"),
+        confirm_rounds: int = typer.Option(
+            3, help="at the end, re-measure the finalists side by side in this many "
+                    "interleaved rounds and cache the winner by median (0: no confirmation)"),
         storage: Optional[str] = typer.Option(
             None, help="share the search with other workers through an Optuna storage: "
                        "journal:PATH (a file all workers reach) or an RDB URL such as "
@@ -39,10 +42,12 @@ def search_cmd(
         raise CliError(f"--sampler {sampler!r}: choose one of {', '.join(SAMPLERS)}")
     if budget < 1:
         raise CliError("--budget must be at least 1")
+    if confirm_rounds < 0:
+        raise CliError("--confirm-rounds must be 0 (no confirmation) or more")
     w = load(workload, dims)
     _api().resolve(device)   # a missing GPU fails here, before any output
     config = SearchConfig(budget=budget, sampler=sampler, seed=seed, prune_factor=prune_factor,
-                          storage=storage)
+                          storage=storage, confirm_rounds=confirm_rounds)
     if storage:
         from autotune.search.storage import open_storage
         open_storage(storage)   # a bad URL or an unreachable server fails here, in one line
@@ -50,7 +55,8 @@ def search_cmd(
 
     def status(p) -> str:
         best = f"best {p.best_s:.4g} s ({p.best_name})" if p.best_s else "best -"
-        return f"{best}  pruned {p.pruned}  failed {p.failed}"
+        busy = "  machine busy: runs repeated" if p.busy else ""
+        return f"{best}  pruned {p.pruned}  failed {p.failed}{busy}"
     if not sys.stdout.isatty():
         # a pipe or a log (a bar prints nothing there): one plain line per trial, flushed
         t0 = time.monotonic()
@@ -73,9 +79,12 @@ def search_cmd(
     if result.best is None:
         raise CliError(f"no candidate of {w.name} passed verification in {p.done} trials; "
                        f"see `autotune show-best {workload}`")
+    c = result.confirmation
+    confirmed = f" (confirmed: {c.winner} won {len(c.finalists)} finalists over {c.rounds} " \
+        "interleaved rounds)" if c else ""
     typer.echo(f"{w.name}: {p.done} trials ({p.measured} measured, {p.pruned} pruned, "
                f"{p.failed} failed; {p.new} run by this process); best "
-               f"{result.best.measured_s:.4g} s, plan key {result.key.key[:16]}")
+               f"{result.best.measured_s:.4g} s{confirmed}, plan key {result.key.key[:16]}")
 
 
 @handled
@@ -95,6 +104,11 @@ def show_best(workload: CachedWorkloadArg = None, dims: Dims = None, db: Db = No
         typer.echo(f"{r['workload']}  dims {r['dims']}  device {r['device']}  key {r['plan_key'][:16]}")
         typer.echo(f"  best {r['measured_s']:.4g} s (predicted {r['predicted_s']:.4g} s), "
                    f"trial {r['trial_number']} of study {r['study']}, {r['updated']}")
+        if c := r["confirmed"]:
+            typer.echo(f"  confirmed: median of {c['rounds']} interleaved rounds, the fastest "
+                       f"of {c['finalists']} finalists re-measured side by side")
+        else:
+            typer.echo("  not confirmed: the fastest single measurement")
         for base in ("unfused", "greedy", "heuristic"):
             v = r["speedup"].get(base)
             pred = r["named_predicted_s"].get(base)

@@ -30,6 +30,15 @@ class SearchConfig:
     # run-to-run noise (~10 %) could not tell apart
     local_every: int = 3
     storage: str | None = None       # Optuna storage shared by several workers (see open_storage)
+    # At the end, the finalists are re-measured side by side in confirm_rounds interleaved
+    # rounds (0: no confirmation) and the winner by median is cached: the `finalists` fastest
+    # measured candidates, the named plans, those of the `finalists` best-predicted measured
+    # ones that ran only once, and the best stored before (see autotune.search.confirm).
+    confirm_rounds: int = 3
+    finalists: int = 4
+    # a candidate the model ranks among this many best predictions so far is never given up
+    # on after one run: a slow first run of a model favourite is made again
+    favourites: int = 4
 
 
 @dataclass
@@ -43,15 +52,32 @@ class Progress:
     best_name: str = ""
     last: str = ""
     new: int = 0                     # trials this process ran (not replayed, not another's)
+    busy: bool = False               # the last measurement had runs taken under load
+    loaded_runs: int = 0             # runs this process made again because of load
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """What a search's confirmation found: ``finalists`` (their labels: name or key) re-measured
+    side by side in ``rounds`` interleaved rounds, the winner by median (its label and
+    seconds), how many finalists failed, and the runs made again because of load."""
+    rounds: int
+    finalists: tuple[str, ...]
+    winner: str
+    winner_s: float
+    failed: int = 0
+    loaded_runs: int = 0
 
 
 @dataclass
 class SearchResult:
-    """What a search returns: its key and study, the counts, and the best plan stored."""
+    """What a search returns: its key and study, the counts, the best plan stored and the
+    confirmation that chose it (None: none ran)."""
     key: PlanKey
     study: str
     progress: Progress
     best: BestPlan | None = field(default=None)
+    confirmation: Confirmation | None = None
 
 
 def make_sampler(name: str, seed: int, shared: bool = False) -> optuna.samplers.BaseSampler:

@@ -6,7 +6,9 @@ the model's pick among mutations of the best plan so far.  A candidate predicted
 ``prune_factor`` times slower than the prediction for the best measured candidate is recorded as
 pruned without running (the model's ratios are trusted, not its absolute seconds).  Each
 finished trial is written to the database at once; a rerun of the same search replays them into
-the study and continues.  Several workers on one shared study: :mod:`autotune.search.shared`.
+the study and continues.  At the end the finalists are re-measured side by side and the winner
+is cached (:mod:`autotune.search.confirm`).  Several workers on one shared study:
+:mod:`autotune.search.shared`.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from search_spaces.space import SearchSpace
 from search_spaces.workload import Workload
 
 from autotune.search.config import Progress, SearchConfig, SearchResult, make_sampler
+from autotune.search.confirm import confirm, is_confirmed, wants_confirmation
 from autotune.search.state import SearchState
 
 
@@ -64,6 +67,10 @@ def search(w: Workload, space: SearchSpace, backend, db: PlanDB, key: PlanKey, d
                 params=t.params, distributions=_distributions(t.params, t.options), state=state,
                 value=t.measured_s if state == TrialState.COMPLETE else None))
     prog = s.prog
+    if prog.done and is_confirmed(best := db.best(key.key)):
+        # the bar for early stops is the confirmed median, not a lucky run it overruled
+        prog.best_s, prog.best_name, s.best_pred = best.measured_s, best.name or \
+            best.to_candidate().key[:12], best.predicted_s
     if on_trial and prog.done:
         on_trial(prog)
 
@@ -84,7 +91,9 @@ def search(w: Workload, space: SearchSpace, backend, db: PlanDB, key: PlanKey, d
         outcome = s.evaluate(trial)
         db.append_trial(key, study_name, outcome)
         s.finish(study, trial, outcome, on_trial)
-    return SearchResult(key, study_name, prog, db.best(key.key))
+    confirmed = confirm(s, db, key, study_name, on_trial) \
+        if wants_confirmation(s, db.best(key.key)) else None
+    return SearchResult(key, study_name, prog, db.best(key.key), confirmed)
 
 
 def _queued(study: optuna.Study) -> bool:

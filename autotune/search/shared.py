@@ -15,6 +15,7 @@ from db.store import PlanDB
 
 from autotune.search.state import SearchState
 from autotune.search.config import Progress, SearchResult, make_sampler
+from autotune.search.confirm import confirm, wants_confirmation
 from autotune.search.storage import open_storage, shared_study_name
 
 
@@ -51,6 +52,11 @@ def search_shared(s: SearchState, db: PlanDB, key: PlanKey, on_trial) -> SearchR
     trials, with the storage's atomic WAITING -> RUNNING switch, so no trial is run twice and
     none is created beyond the budget.  Each trial is written to the plan DB under the
     study's name and Optuna's trial number: the pair is unique, so a row is never duplicated.
+
+    The confirmation (:mod:`autotune.search.confirm`) runs once per budget, in the worker
+    that finds every trial of the study finished: the last one to finish (the one that
+    creates the marker study ``NAME:confirmed=N`` should several finish at once).  It
+    confirms the trials its own plan database holds.
     """
     config = s.config
     storage = open_storage(config.storage)
@@ -102,7 +108,18 @@ def search_shared(s: SearchState, db: PlanDB, key: PlanKey, on_trial) -> SearchR
         if on_trial:
             on_trial(s.prog)
     _shared_progress(s.prog, study)
-    return SearchResult(key, name, s.prog, db.best(key.key))
+    confirmed = None
+    if _all_finished(study) and wants_confirmation(s, db.best(key.key)) and \
+            _create_study_once(storage, f"{name}:confirmed={config.budget}"):
+        confirmed = confirm(s, db, key, name, on_trial)
+    return SearchResult(key, name, s.prog, db.best(key.key), confirmed)
+
+
+def _all_finished(study) -> bool:
+    """No trial of the shared study waits or runs (this worker's own were told first, so the
+    last worker to finish sees every trial finished)."""
+    return not study.get_trials(deepcopy=False, states=(TrialState.WAITING,
+                                                        TrialState.RUNNING))
 
 
 def _shared_progress(prog: Progress, study) -> None:

@@ -15,6 +15,7 @@ from search_spaces.plans import named_plan
 from search_spaces.space import params_of
 
 from autotune.search.config import Progress
+from autotune.search.noise import NoiseBand, leniency
 from autotune.search.proposals import model_favourites, neighbour
 
 
@@ -37,6 +38,8 @@ class SearchState:
         self.best_pred: float | None = None
         self.options: dict[str, list] = {}
         self.incumbent: dict = {}                                  # params of the best so far
+        self.noise = NoiseBand()                # run-to-run spread of the repeats so far
+        self.loaded: set[str] = set()           # keys of candidates measured under load
 
     def note(self, status: Status, cand: Candidate, pred: float, median: float | None) -> None:
         prog = self.prog
@@ -58,6 +61,8 @@ class SearchState:
         self.predicted[cand.key] = pred
         if t.status != Status.PRUNED:
             self.measured[cand.key] = (t.status, t.measured_s)
+        if t.status == Status.OK and t.error is None:   # not a reuse of an earlier trial's
+            self.noise.add(t.times)
         if t.status == Status.OK and t.params and t.measured_s <= (self.prog.best_s or math.inf):
             self.incumbent = t.params
         self.note(t.status, cand, pred, t.measured_s)
@@ -91,17 +96,31 @@ class SearchState:
             status, median, error = Status.FAILED, None, memory_error(need, avail)
             self.measured[cand.key] = (status, median)
         else:
-            floor = config.min_timeout_s if config.min_timeout_s is not None \
-                else self.backend.kind.min_timeout_s
-            limit = max(floor, config.timeout_factor * (self.prog.best_s or 0)) \
-                * (2 + self.backend.settings.warmup + self.backend.settings.repeats) + floor
-            m = self.backend.measure(cand, limit, self.prog.best_s)
+            runs = 2 + self.backend.settings.warmup + self.backend.settings.repeats
+            limit = self.run_limit(self.prog.best_s) * runs + self.timeout_floor()
+            m = self.backend.measure(cand, limit, self.prog.best_s, leniency(
+                pred, self.predicted.values(), config.favourites, self.noise))
             status, median, error = m.status, m.median_s, m.error
             times, rel_err = m.times, m.rel_err
             self.measured[cand.key] = (status, median)
+            self.noise.add(times if status == Status.OK else ())
+            self.prog.busy = m.loaded_runs > 0
+            self.prog.loaded_runs += m.loaded_runs
+            if m.loaded_runs:
+                self.loaded.add(cand.key)
         return TrialOutcome(candidate=cand, status=status, predicted_s=pred, measured_s=median,
                             error=error or None, params=dict(trial.params), options=asked,
                             times=times, rel_err=rel_err)
+
+    def timeout_floor(self) -> float:
+        """The least time a run is given (the config's, else the backend kind's)."""
+        config = self.config
+        return config.min_timeout_s if config.min_timeout_s is not None \
+            else self.backend.kind.min_timeout_s
+
+    def run_limit(self, seconds: float | None) -> float:
+        """The time one run of a candidate that takes ``seconds`` (None: unknown) is given."""
+        return max(self.timeout_floor(), self.config.timeout_factor * (seconds or 0))
 
     def finish(self, study, trial, o: TrialOutcome, on_trial) -> None:
         """Tell Optuna the outcome, update the incumbent and the counts."""

@@ -17,10 +17,11 @@ DEV = CPU_DEFAULT
 NAMED = ("unfused", "heuristic", "greedy")
 REUSED = "same candidate as an earlier trial"
 # a small model pool, no climbing, the random sampler (TPE's own sampling costs ~20 ms a
-# trial) and no local search unless a test asks for it (trial numbers never reach 1 modulo
-# 10**6 after the queue): each search takes a few tens of milliseconds
+# trial), no local search unless a test asks for it (trial numbers never reach 1 modulo
+# 10**6 after the queue) and no confirmation at the end unless a test asks for one (its rows
+# are tested in test_confirm.py): each search takes a few tens of milliseconds
 CHEAP = SearchConfig(budget=10, sampler="random", model_pool=10, model_seeds=2, climb_rounds=0,
-                     local_every=10 ** 6)
+                     local_every=10 ** 6, confirm_rounds=0)
 
 
 def fake_key(w) -> PlanKey:

@@ -221,14 +221,15 @@ class CompiledPlan:
         """(outputs of the last run, host seconds of the timed runs).  The checked first run
         is a timed sample too (the buffers are pre-faulted, so it is steady-state); when
         ``cutoff`` gives up on it, it is the only one; after ``warmup`` untimed runs the
-        repeats stop early once the first two are out of contention."""
-        t0 = time.perf_counter()
-        outs = self(**inputs)
-        first = time.perf_counter() - t0
-        if check is not None and not check(outs):
-            return outs, []
-        last = [outs]
-        del outs
+        repeats stop early once the first two are out of contention (runs under load do
+        not count: :func:`autotune.backends.base.timed_runs`)."""
+        last: list = [None]
+
+        def first() -> float | None:
+            t0 = time.perf_counter()
+            last[0] = self(**inputs)
+            seconds = time.perf_counter() - t0
+            return seconds if check is None or check(last[0]) else None
 
         def run() -> float:
             last[0] = None     # a run reuses the output arrays only when nobody holds them

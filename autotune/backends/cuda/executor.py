@@ -147,7 +147,7 @@ class CudaPlan:
             with self.rt.timer() as t:
                 self.run_device(**dev)
             return t.seconds
-        times = timed_runs(run(), run, 0, repeats, cutoff)
+        times = timed_runs(run, run, 0, repeats, cutoff)
         self.rt.synchronize()
         return outs, times
 

@@ -46,7 +46,7 @@ def counting(times):
 
 
 def runs(s: MeasureSettings, first: float, run, best_s: float | None) -> tuple[float, ...]:
-    return tuple(timed_runs(first, run, s.warmup, s.repeats, s.cutoff(best_s)))
+    return tuple(timed_runs(lambda: first, run, s.warmup, s.repeats, s.cutoff(best_s)))
 
 
 def test_timed_runs_without_a_best_takes_the_warmups_then_every_repeat():

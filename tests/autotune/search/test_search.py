@@ -43,7 +43,8 @@ from tests.support.skips import GPU_PRESENT_SKIP
 DIMS = {"N": 16, "C": 8}
 DIMS_CLI = "N=16,C=8"
 NAMED = ("unfused", "heuristic", "greedy")
-LIB_CONFIG = SearchConfig(budget=12, model_pool=50, model_seeds=3)
+# the search's own trials; its confirmation at the end: test_confirm_end_to_end.py
+LIB_CONFIG = SearchConfig(budget=12, model_pool=50, model_seeds=3, confirm_rounds=0)
 runner = CliRunner()
 
 
@@ -258,7 +259,7 @@ def test_load_best_uses_a_plan_cached_under_schema_1_after_migration(w, tmp_path
 def cli_search(tmp_path_factory):
     path = tmp_path_factory.mktemp("cli") / "p.sqlite"
     r = runner.invoke(app, ["search", "trimul_outgoing", "--dims", DIMS_CLI, "--budget", "6",
-                            "--db", str(path)])
+                            "--db", str(path), "--confirm-rounds", "0"])
     return path, r
 
 
@@ -314,7 +315,7 @@ def test_cli_show_best_table_and_rerun_continues_nothing(w, cli_search):
     assert cpu_key(w).key[:16] in r.stdout and "vs unfused" in r.stdout
     # the same search again: its 6 trials are replayed, none is added
     r = runner.invoke(app, ["search", "trimul_outgoing", "--dims", DIMS_CLI, "--budget", "6",
-                            "--db", str(path)])
+                            "--db", str(path), "--confirm-rounds", "0"])
     assert r.exit_code == 0, r.output
     with PlanDB(path) as db:
         assert len(db.trials(cpu_key(w).key)) == 6
@@ -370,7 +371,7 @@ def _count(path: Path) -> int:
 def test_killed_search_resumes(w, tmp_path):
     path = tmp_path / "p.sqlite"
     cmd = [sys.executable, "-m", "autotune.cli", "search", "trimul_outgoing", "--dims",
-           DIMS_CLI, "--db", str(path), "--budget"]
+           DIMS_CLI, "--db", str(path), "--confirm-rounds", "0", "--budget"]
     errlog = open(tmp_path / "stderr.txt", "w+")
     proc = subprocess.Popen(cmd + ["40"], stdout=subprocess.DEVNULL, stderr=errlog,
                             start_new_session=True)

@@ -1,0 +1,127 @@
+"""Finalists confirmed: the end of a search re-measures its best candidates side by side.
+
+Each trial of a search is measured at its own moment, most of them once or twice; on a shared
+machine one of them may have caught a quiet second (and look faster than it is) or a busy one
+(and look slower).  So at the end the finalists are re-measured in one measuring process, in
+interleaved rounds (:meth:`autotune.backends.base.Backend.confirm`), and the winner by median
+becomes the cached best, replacing a faster single run (:meth:`db.store.PlanDB.add_confirmation`,
+which also stores the confirmation's runs as trials of the study ``<study>:confirm``).
+
+The finalists (:func:`pick_finalists`): the ``finalists`` fastest measured candidates, the named
+plans that were measured, those of the ``finalists`` candidates the model predicts fastest that
+were measured only once (a first run the early stop did not repeat) or under load (runs this
+process had to take while the machine was busy), and the best stored before the confirmation
+(another study's, say).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from db.keys import PlanKey
+from db.records import BestPlan, Status, StoredTrial, TrialOutcome, is_confirmation
+from db.store import PlanDB
+from search_spaces.candidate import Candidate
+from search_spaces.plans import NAMED_PLANS
+
+from autotune.search.config import Confirmation, SearchConfig
+from autotune.search.state import SearchState
+
+FASTEST, NAMED, MODEL, STORED = "fastest", "named", "model", "stored best"
+
+
+@dataclass(frozen=True)
+class Finalist:
+    """A candidate to confirm, what the search knew of it, and why it was picked (``why``:
+    any of FASTEST, NAMED, MODEL, STORED)."""
+    candidate: Candidate
+    predicted_s: float | None
+    measured_s: float | None
+    why: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        return self.candidate.name or self.candidate.key[:12]
+
+
+def pick_finalists(trials: list[StoredTrial], best: BestPlan | None, config: SearchConfig,
+                   loaded: frozenset[str] = frozenset()) -> list[Finalist]:
+    """The finalists among a search's ``trials`` (and the stored ``best``), in this order:
+    fastest first, then named plans, the model's picks, the stored best; each once.
+    ``loaded``: keys of candidates measured under load."""
+    ok: dict[str, StoredTrial] = {}
+    for t in trials:
+        if t.status == Status.OK and not is_confirmation(t.study):
+            ok.setdefault(t.to_candidate().key, t)       # a later trial of it reused this one
+    n = config.finalists
+    picks: list[tuple[StoredTrial, str]] = []
+    picks += [(t, FASTEST) for t in sorted(ok.values(), key=lambda t: t.measured_s)[:n]]
+    picks += [(t, NAMED) for t in ok.values() if t.name in NAMED_PLANS]
+    by_model = sorted(ok.values(), key=lambda t: t.predicted_s or math.inf)[:n]
+    picks += [(t, MODEL) for t in by_model
+              if len(t.times) <= 1 or t.to_candidate().key in loaded]
+    why: dict[str, list[str]] = {}
+    found: dict[str, Finalist] = {}
+    for t, reason in picks:
+        key = t.to_candidate().key
+        why.setdefault(key, []).append(reason)
+        found.setdefault(key, Finalist(t.to_candidate(), t.predicted_s, t.measured_s, ()))
+    if best is not None:
+        cand = best.to_candidate()
+        why.setdefault(cand.key, []).append(STORED)
+        found.setdefault(cand.key, Finalist(cand, best.predicted_s, best.measured_s, ()))
+    return [Finalist(f.candidate, f.predicted_s, f.measured_s, tuple(why[k]))
+            for k, f in found.items()]
+
+
+def is_confirmed(best: BestPlan | None) -> bool:
+    """Whether the stored best plan is the winner of a confirmation."""
+    return best is not None and is_confirmation(best.study)
+
+
+def wants_confirmation(s: SearchState, best: BestPlan | None) -> bool:
+    """A search confirms when configured to, when it has something to confirm, and when this
+    run measured something new or the stored best is no confirmation's winner yet (a rerun of
+    a finished, confirmed search changes nothing)."""
+    return s.config.confirm_rounds > 0 and best is not None and \
+        (s.prog.new > 0 or not is_confirmed(best))
+
+
+def confirm(s: SearchState, db: PlanDB, key: PlanKey, study: str, on_trial
+            ) -> Confirmation | None:
+    """Confirm the finalists of search ``study``; None when nothing was left to confirm or no
+    finalist passed (the stored best is then unchanged)."""
+    rounds = s.config.confirm_rounds
+    finals = pick_finalists(db.trials(key.key, study), db.best(key.key), s.config,
+                            frozenset(s.loaded))
+    if not finals:
+        return None
+    prog = s.prog
+    prog.last = f"confirming {len(finals)} finalists x {rounds} rounds"
+    if on_trial:
+        on_trial(prog)
+    # each finalist's runs are given what one of its trial runs is: the compile, every round
+    # and the runs made again under load
+    runs = rounds + 1 + s.backend.settings.load_reruns
+    limit = sum(s.run_limit(f.measured_s) * runs for f in finals) + s.timeout_floor()
+    got = s.backend.confirm([f.candidate for f in finals], rounds, limit)
+    outcomes = [TrialOutcome(f.candidate, m.status, f.predicted_s, m.median_s,
+                             m.error or None, times=m.times, rel_err=m.rel_err)
+                for f, m in zip(finals, got)]
+    loaded = sum(m.loaded_runs for m in got)
+    prog.loaded_runs += loaded
+    prog.busy = loaded > 0
+    if db.add_confirmation(key, study, outcomes) is None:
+        prog.last = f"confirmation failed: {got[0].error if got else 'no finalist'}"
+        if on_trial:
+            on_trial(prog)
+        return None
+    # the winner as add_confirmation chose it: the first of the fastest medians
+    win = min((i for i, m in enumerate(got) if m.status == Status.OK),
+              key=lambda i: got[i].median_s)
+    prog.best_s, prog.best_name = got[win].median_s, finals[win].label
+    prog.last = f"confirmed {finals[win].label}: {prog.best_s:.4g} s"
+    if on_trial:
+        on_trial(prog)
+    return Confirmation(rounds, tuple(f.label for f in finals), finals[win].label,
+                        prog.best_s, sum(m.status != Status.OK for m in got), loaded)
