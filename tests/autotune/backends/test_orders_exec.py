@@ -151,7 +151,7 @@ def test_a_long_fake_search_mixes_orders_and_the_unsplit_op(sampler, fresh_db):
     from tests.support.fake_search import DEV, run
     w = load_workload(str(CHAIN), {"N": 64})
     config = SearchConfig(budget=40, sampler=sampler, model_pool=10, model_seeds=2,
-                          climb_rounds=1, local_every=5)
+                          climb_rounds=1, local_every=5, confirm_rounds=0)
     result, rows, _ = run(w, SearchSpace(w), fresh_db, config)
     assert len(rows) == 40 and not [r for r in rows if r.status == "failed"]
     orders = {r.to_candidate().orders for r in rows}
