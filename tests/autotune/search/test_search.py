@@ -222,6 +222,30 @@ def test_load_best_ignores_a_plan_cached_for_other_versions(w, tmp_path, part):
     assert_matches_reference(w, fn, seed=6)
 
 
+def test_bumping_the_space_version_makes_cached_plans_stale(w, tmp_path, monkeypatch):
+    """The one SPACE_VERSION (search_spaces.space) is part of every plan key: bumping it, as a
+    change of the candidate encoding must, turns a cached plan into a stale one."""
+    import search_spaces.space
+    path = tmp_path / "p.sqlite"
+    before = cpu_key(w)
+    assert before.space_version == search_spaces.space.SPACE_VERSION
+    cached = named_plan(SearchSpace(w, backend_kind("cpu").tile_bounds), "unfused")
+    cached = Candidate(cached.fused, cached.layouts, cached.schedules, "cached")
+    with PlanDB(path) as db:
+        db.add_workload(w.hash, w.name, json.dumps(w.canonical(), sort_keys=True))
+        assert db.add_trial(before, "tpe-seed0", 0, TrialOutcome(cached, Status.OK, 1e-3, 1e-9))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoCachedPlanWarning)
+        assert autotune.load_best(w, device="cpu", db=path).cand.name == "cached"
+    monkeypatch.setattr(search_spaces.space, "SPACE_VERSION",
+                        search_spaces.space.SPACE_VERSION + "-bumped")
+    after = cpu_key(w)
+    assert after.key != before.key and after.space_version.endswith("-bumped")
+    with pytest.warns(NoCachedPlanWarning, match=r"\(search space changed\)"):
+        fn = autotune.load_best(w, device="cpu", db=path)
+    assert fn.cand.name == "heuristic"
+
+
 def test_load_best_uses_a_plan_cached_under_schema_1_after_migration(w, tmp_path):
     """A plan cached by the schema-1 code (key with schema_version 1) is still this
     machine's plan: opening migrates the file and re-keys it, so load_best uses it."""
