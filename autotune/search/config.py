@@ -30,6 +30,9 @@ class SearchConfig:
     # run-to-run noise (~10 %) could not tell apart
     local_every: int = 3
     storage: str | None = None       # Optuna storage shared by several workers (see open_storage)
+    # prune and propose with the correction learnt from measurements (autotune.search.learning)
+    # rather than the analytic model alone
+    learn: bool = True
 
 
 @dataclass

@@ -31,7 +31,7 @@ def _id(path):
 def test_the_commands_are_all_there():
     assert {_id(p) for p in LEAVES} >= {
         "workloads", "check", "search", "show-best", "explain", "calibrate", "emit", "bench",
-        "plot", "import-mlir", "db check", "cache prune"}
+        "plot", "import-mlir", "db check", "cache prune", "model-check"}
     assert {_id(p) for p in COMMANDS if p not in LEAVES} >= {"db", "cache"}
 
 

@@ -1,0 +1,292 @@
+"""A correction of the analytic model learnt from measurements.  Pure NumPy, no I/O.
+
+The analytic model (:mod:`costmodel.model`) is a roofline per group with rates from a device
+spec; what it leaves out (cache effects it does not model, a generated loop that vectorises
+worse than assumed, the true cost of a transposing copy) shows as a residual
+``ln(measured / analytic)`` that depends on what the candidate spends its time on.  The
+correction predicts that residual from :func:`features` of the cost breakdown with ridge
+regression, and multiplies the analytic time by ``exp(residual)``:
+
+* features are standardised with the training set's (weighted) mean and deviation, the intercept
+  is not penalised, and the penalty is chosen by exact leave-one-out cross-validation (the
+  closed form of ridge: residual / (1 - leverage));
+* the fit is used only when it helps on held-out points: its leave-one-out error must beat both
+  the analytic model's and an intercept-only fit's by ``MARGIN``, and its leave-one-out
+  predictions must rank the measurements (Spearman, within each workload) at least as well as
+  the analytic times do.  Otherwise :func:`fit` returns the analytic fallback, whose
+  :func:`predict` is the analytic time itself;
+* a prediction's log-factor is clipped to the range of residuals seen in training (widened by
+  ``CLIP_WIDEN``): a candidate unlike anything measured is not extrapolated to absurd times.
+
+Callers give one :class:`Sample` per distinct (workload, candidate), its measurements merged:
+a candidate present twice would leak into its own held-out prediction.
+"""
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from .devices import DeviceSpec
+from .estimate import CostEstimate
+from .ranking import spearman_rho
+
+FEATURES = (
+    "log_analytic_s",        # the scale: lets the fit learn a slope other than 1
+    "library_share",         # analytic time in library GEMMs / total
+    "loop_memory_share",     # analytic time in memory-bound generated loops / total
+    "library_copy_share",    # layout copies around library GEMMs (strided, transposing)
+    "recompute_share",       # recomputed flops / all flops
+    "transcendental_share",  # transcendentals / flops
+    "log_byte_waste",        # ln(bytes moved / bytes touched once): strides, reloads, spills
+    "log_groups",            # ln(number of groups): launches, parallel regions
+    "fusion_degree",         # fused producers / ops
+    "log_tiles",             # ln(1 + tiles of all loop groups)
+    "occupancy",             # time-weighted share of cores the last wave of tiles keeps busy
+    "simd",                  # time-weighted min(1, innermost tile / vector width)
+    "log_tile_elems",        # time-weighted ln(elements per anchor tile)
+)
+MIN_SAMPLES = 10
+MARGIN = 0.05                # held-out error must drop by 5 % to trust a fit
+CLIP_WIDEN = math.log(2.0)
+ALPHAS = tuple(float(a) for a in np.logspace(-4, 2, 13))   # x sum of weights
+
+
+class CorrectionKind(enum.StrEnum):
+    """What :func:`predict` does: nothing (the analytic time) or the fitted ridge factor."""
+    ANALYTIC = "analytic"
+    RIDGE = "ridge"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measured candidate: its features, analytic and measured seconds, its weight in
+    the fit, and its group (the workload's hash: rankings are compared within one)."""
+    features: tuple[float, ...]
+    analytic_s: float
+    measured_s: float
+    weight: float = 1.0
+    group: str = ""
+
+
+@dataclass(frozen=True)
+class Correction:
+    """A fitted correction, frozen and JSON-serialisable (:meth:`to_dict`).  The default
+    instance is the analytic fallback.  ``cv_*``: leave-one-out figures of the fit (mean
+    squared log error, Spearman's rho within workloads) beside the analytic model's."""
+    kind: CorrectionKind = CorrectionKind.ANALYTIC
+    features: tuple[str, ...] = FEATURES
+    mean: tuple[float, ...] = ()
+    scale: tuple[float, ...] = ()
+    coef: tuple[float, ...] = ()
+    intercept: float = 0.0
+    alpha: float = 0.0
+    clip: tuple[float, float] = (0.0, 0.0)
+    samples: int = 0
+    cv_mse: float | None = None
+    cv_mse_analytic: float | None = None
+    cv_rho: float | None = None
+    cv_rho_analytic: float | None = None
+    reason: str = "not fitted"
+
+    def __post_init__(self):
+        object.__setattr__(self, "kind", CorrectionKind(self.kind))
+
+    @property
+    def active(self) -> bool:
+        """A fitted ridge on today's features (one of other features, read back from an
+        older record, corrects nothing)."""
+        return self.kind == CorrectionKind.RIDGE and tuple(self.features) == FEATURES
+
+    def log_factor(self, x) -> float:
+        """ln(corrected / analytic) for a feature vector ``x``."""
+        if not self.active:
+            return 0.0
+        z = (np.asarray(x, dtype=float) - np.asarray(self.mean)) / np.asarray(self.scale)
+        v = self.intercept + float(z @ np.asarray(self.coef))
+        return float(min(max(v, self.clip[0]), self.clip[1]))
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["kind"] = str(self.kind)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+    @staticmethod
+    def from_dict(d: dict) -> "Correction":
+        tup = {"features", "mean", "scale", "coef", "clip"}
+        return Correction(**{k: tuple(v) if k in tup else v for k, v in d.items()})
+
+
+# ---- features ---------------------------------------------------------------------------------
+def features(w, est: CostEstimate, dev: DeviceSpec) -> tuple[float, ...]:
+    """The feature vector (in :data:`FEATURES` order) of a candidate's cost breakdown ``est``
+    on ``dev``; ``w`` is its workload (for the tile counts)."""
+    total = max(est.total_s, 1e-12)
+    lib = [g for g in est.groups if g.impl == "library"]
+    loops = [g for g in est.groups if g.impl != "library"]
+    flops = max(sum(g.flops for g in est.groups), 1.0)
+    moved = sum(g.bytes for g in est.groups)
+    touched = max(sum(g.unique_bytes for g in est.groups), 1.0)
+    copies = sum(max(g.bytes - g.unique_bytes, 0.0) for g in lib) / dev.bandwidth
+    loop_s = sum(g.predicted_s for g in loops)
+    tiles = occ = simd = elems = 0.0
+    for g in loops:
+        shape = w.op(g.anchor).out_shape
+        n = math.prod(math.ceil(e / max(t, 1)) for e, t in zip(shape, g.tiles))
+        tiles += n
+        share = g.predicted_s / loop_s if loop_s > 0 else 1.0 / len(loops)
+        waves = math.ceil(n / dev.parallel_units)
+        occ += share * n / (waves * dev.parallel_units)
+        inner = g.tiles[-1] if g.tiles else 1
+        simd += share * min(1.0, inner / max(dev.vector_width, 1))
+        elems += share * math.log(max(math.prod(g.tiles), 1))
+    if not loops:
+        occ = simd = 1.0
+    return (math.log(total),
+            sum(g.predicted_s for g in lib) / total,
+            sum(g.predicted_s for g in loops if g.bound == "memory") / total,
+            min(copies / total, 1.0),
+            sum(g.recomputed_flops for g in est.groups) / flops,
+            sum(g.transcendentals for g in est.groups) / flops,
+            math.log(max(moved, 1.0) / touched),
+            math.log(max(len(est.groups), 1)),
+            sum(len(g.fused) for g in est.groups) / max(len(w.ops), 1),
+            math.log1p(tiles), occ, simd, elems)
+
+
+def predict(corr: Correction, x, analytic_s: float) -> float:
+    """The corrected seconds of a candidate with features ``x`` and analytic time
+    ``analytic_s`` (that time itself when ``corr`` is the analytic fallback or the analytic
+    time is not a positive finite number)."""
+    if not corr.active or not (math.isfinite(analytic_s) and analytic_s > 0):
+        return analytic_s
+    return analytic_s * math.exp(corr.log_factor(x))
+
+
+def corrected_s(corr: Correction, w, est: CostEstimate, dev: DeviceSpec) -> float:
+    """:func:`predict` on the features of ``est``."""
+    if not corr.active:
+        return est.total_s
+    return predict(corr, features(w, est, dev), est.total_s)
+
+
+# ---- fitting ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Data:
+    x: np.ndarray
+    r: np.ndarray               # ln(measured / analytic)
+    w: np.ndarray
+    groups: tuple[str, ...]
+    measured: np.ndarray
+
+
+def _usable(samples) -> list[Sample]:
+    out = []
+    for s in samples:
+        if len(s.features) != len(FEATURES) or not all(map(math.isfinite, s.features)):
+            continue
+        if not (math.isfinite(s.analytic_s) and s.analytic_s > 0 and
+                math.isfinite(s.measured_s) and s.measured_s > 0 and s.weight > 0):
+            continue
+        out.append(s)
+    return out
+
+
+def _ranking(pred_log: np.ndarray, d: _Data) -> float | None:
+    """Spearman's rho of predictions against measurements within each group of three or
+    more samples, averaged weighted by group size; None without such a group."""
+    total, acc = 0, 0.0
+    for g in set(d.groups):
+        idx = [i for i, h in enumerate(d.groups) if h == g]
+        if len(idx) < 3:
+            continue
+        rho = spearman_rho(pred_log[idx], np.log(d.measured[idx]))
+        if math.isnan(rho):
+            continue
+        acc += len(idx) * rho
+        total += len(idx)
+    return acc / total if total else None
+
+
+def _ridge_loo(z: np.ndarray, rc: np.ndarray, w: np.ndarray, alpha: float
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(coefficients, fitted centred values, leverages) of weighted ridge on centred data."""
+    zw = z * w[:, None]
+    a = z.T @ zw + alpha * np.eye(z.shape[1])
+    inv = np.linalg.inv(a)
+    beta = inv @ (zw.T @ rc)
+    lev = w * np.einsum("ij,jk,ik->i", z, inv, z) + w / w.sum()
+    return beta, z @ beta, lev
+
+
+def fit(samples, min_samples: int = MIN_SAMPLES, margin: float = MARGIN) -> Correction:
+    """Fit the correction on ``samples`` (see the module doc); the analytic fallback when there
+    are too few usable samples or the fit does not help on held-out points."""
+    usable = _usable(samples)
+    n = len(usable)
+    if n < min_samples:
+        return Correction(samples=n, reason=f"too few measured candidates ({n} < {min_samples})")
+    x = np.array([s.features for s in usable], dtype=float)
+    analytic = np.array([s.analytic_s for s in usable])
+    measured = np.array([s.measured_s for s in usable])
+    wt = np.array([s.weight for s in usable], dtype=float)
+    d = _Data(x, np.log(measured) - np.log(analytic), wt, tuple(s.group for s in usable),
+              measured)
+    sw = wt.sum()
+    mean = (wt @ x) / sw
+    sd = np.sqrt((wt @ (x - mean) ** 2) / sw)
+    sd = np.where(sd > 1e-12, sd, 1.0)
+    z = (x - mean) / sd
+    rbar = float(wt @ d.r) / sw
+    rc = d.r - rbar
+    mse_analytic = float(wt @ d.r ** 2) / sw
+    mse_intercept = float(wt @ (rc / (1 - wt / sw)) ** 2) / sw
+    best = None
+    for a in ALPHAS:
+        beta, fitted, lev = _ridge_loo(z, rc, wt, a * sw)
+        loo = (rc - fitted) / np.maximum(1 - lev, 1e-9)
+        mse = float(wt @ loo ** 2) / sw
+        if best is None or mse < best[0]:
+            best = (mse, a * sw, beta, d.r - loo)
+    mse, alpha, beta, held_out = best
+    rho = _ranking(np.log(analytic) + held_out, d)
+    rho_analytic = _ranking(np.log(analytic), d)
+    figures = dict(samples=n, cv_mse=mse, cv_mse_analytic=mse_analytic, cv_rho=rho,
+                   cv_rho_analytic=rho_analytic)
+    bar = (1 - margin) * min(mse_analytic, mse_intercept)
+    if not mse < bar:
+        return Correction(**figures, reason=f"no held-out gain (error {mse:.3g} against "
+                                            f"{min(mse_analytic, mse_intercept):.3g})")
+    if rho is not None and rho_analytic is not None and rho < rho_analytic:
+        return Correction(**figures, reason=f"held-out ranking worse (rho {rho:.3f} < "
+                                            f"{rho_analytic:.3f})")
+    return Correction(kind=CorrectionKind.RIDGE, mean=tuple(map(float, mean)),
+                      scale=tuple(map(float, sd)), coef=tuple(map(float, beta)),
+                      intercept=rbar, alpha=float(alpha),
+                      clip=(float(d.r.min() - CLIP_WIDEN), float(d.r.max() + CLIP_WIDEN)),
+                      reason="fitted", **figures)
+
+
+def cross_predict(samples, extra=(), folds: int = 5, seed: int = 0
+                  ) -> tuple[list[float], list[Correction]]:
+    """Corrected seconds of every sample, each from a correction fitted WITHOUT it: the
+    samples are dealt to ``folds`` folds (seeded), and each fold is predicted by a fit on the
+    other folds plus ``extra`` (samples never scored, such as the plan DB's other trials).
+    Returns (predictions in the order of ``samples``, the correction of each fold)."""
+    samples = list(samples)
+    n = len(samples)
+    if n == 0:
+        return [], []
+    k = max(1, min(folds, n))
+    fold_of = np.random.default_rng(seed).permutation(n) % k
+    out = [math.nan] * n
+    fitted = []
+    for f in range(k):
+        train = [s for i, s in enumerate(samples) if fold_of[i] != f] + list(extra)
+        corr = fit(train)
+        fitted.append(corr)
+        for i in np.flatnonzero(fold_of == f):
+            out[i] = predict(corr, samples[i].features, samples[i].analytic_s)
+    return out, fitted
