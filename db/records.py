@@ -108,7 +108,7 @@ class StoredTrial:
                    error=row["error"], params=_loads(row["params_json"], {}),
                    options=_loads(row["options_json"], {}),
                    times=tuple(_loads(row["times_json"], ())), rel_err=row["rel_err"],
-                   created=row["created"], corrected_s=row["corrected_s"])
+                   created=row["created"], corrected_s=row.get("corrected_s"))
 
     @property
     def name(self) -> str:
