@@ -11,10 +11,11 @@ regression, and multiplies the analytic time by ``exp(residual)``:
   is not penalised, and the penalty is chosen by exact leave-one-out cross-validation (the
   closed form of ridge: residual / (1 - leverage));
 * the fit is used only when it helps on held-out points: its leave-one-out error must beat both
-  the analytic model's and an intercept-only fit's by ``MARGIN``, and its leave-one-out
-  predictions must rank the measurements (Spearman, within each workload) at least as well as
-  the analytic times do.  Otherwise :func:`fit` returns the analytic fallback, whose
-  :func:`predict` is the analytic time itself;
+  the analytic model's and an intercept-only fit's by ``MARGIN`` and by ``SIGNIFICANCE``
+  standard errors of the paired per-sample differences, and its leave-one-out predictions must
+  rank the measurements (Spearman, within each workload) better than the analytic times do, by
+  ``RANK_GAIN`` (pruning and proposals use rankings only).  Otherwise :func:`fit` returns the
+  analytic fallback, whose :func:`predict` is the analytic time itself;
 * a prediction's log-factor is clipped to the range of residuals seen in training (widened by
   ``CLIP_WIDEN``): a candidate unlike anything measured is not extrapolated to absurd times.
 
@@ -37,6 +38,7 @@ FEATURES = (
     "log_analytic_s",        # the scale: lets the fit learn a slope other than 1
     "library_share",         # analytic time in library GEMMs / total
     "loop_memory_share",     # analytic time in memory-bound generated loops / total
+    "loop_reduction_share",  # analytic time in generated loops that reduce (contractions)
     "library_copy_share",    # layout copies around library GEMMs (strided, transposing)
     "recompute_share",       # recomputed flops / all flops
     "transcendental_share",  # transcendentals / flops
@@ -45,11 +47,14 @@ FEATURES = (
     "fusion_degree",         # fused producers / ops
     "log_tiles",             # ln(1 + tiles of all loop groups)
     "occupancy",             # time-weighted share of cores the last wave of tiles keeps busy
-    "simd",                  # time-weighted min(1, innermost tile / vector width)
+    "log_loop_rate",         # time-weighted ln(flop rate the model gives a compute-bound
+                             # loop / the device's loop rate): its SIMD and occupancy penalties
     "log_tile_elems",        # time-weighted ln(elements per anchor tile)
 )
 MIN_SAMPLES = 10
-MARGIN = 0.05                # held-out error must drop by 5 % to trust a fit
+MARGIN = 0.05                # held-out error must drop by 5 % to trust a fit ...
+SIGNIFICANCE = 1.0           # ... and by more than this many standard errors of the drop,
+RANK_GAIN = 0.02             # and held-out rho must gain this much (what pruning relies on)
 CLIP_WIDEN = math.log(2.0)
 ALPHAS = tuple(float(a) for a in np.logspace(-4, 2, 13))   # x sum of weights
 
@@ -131,7 +136,7 @@ def features(w, est: CostEstimate, dev: DeviceSpec) -> tuple[float, ...]:
     touched = max(sum(g.unique_bytes for g in est.groups), 1.0)
     copies = sum(max(g.bytes - g.unique_bytes, 0.0) for g in lib) / dev.bandwidth
     loop_s = sum(g.predicted_s for g in loops)
-    tiles = occ = simd = elems = 0.0
+    tiles = occ = rate = elems = reducing = 0.0
     for g in loops:
         shape = w.op(g.anchor).out_shape
         n = math.prod(math.ceil(e / max(t, 1)) for e, t in zip(shape, g.tiles))
@@ -139,21 +144,26 @@ def features(w, est: CostEstimate, dev: DeviceSpec) -> tuple[float, ...]:
         share = g.predicted_s / loop_s if loop_s > 0 else 1.0 / len(loops)
         waves = math.ceil(n / dev.parallel_units)
         occ += share * n / (waves * dev.parallel_units)
-        inner = g.tiles[-1] if g.tiles else 1
-        simd += share * min(1.0, inner / max(dev.vector_width, 1))
         elems += share * math.log(max(math.prod(g.tiles), 1))
+        if any(w.op(o).reduction for o in g.ops):
+            reducing += g.predicted_s / total
+        if g.bound == "compute" and g.predicted_s > 0:
+            work = g.flops + g.transcendentals * dev.transcendental_flops
+            r = work / (g.predicted_s * dev.loop_flops)
+            rate += share * math.log(min(max(r, 1e-4), 10.0))
     if not loops:
-        occ = simd = 1.0
+        occ = 1.0
     return (math.log(total),
             sum(g.predicted_s for g in lib) / total,
             sum(g.predicted_s for g in loops if g.bound == "memory") / total,
+            reducing,
             min(copies / total, 1.0),
             sum(g.recomputed_flops for g in est.groups) / flops,
             sum(g.transcendentals for g in est.groups) / flops,
             math.log(max(moved, 1.0) / touched),
             math.log(max(len(est.groups), 1)),
             sum(len(g.fused) for g in est.groups) / max(len(w.ops), 1),
-            math.log1p(tiles), occ, simd, elems)
+            math.log1p(tiles), occ, rate, elems)
 
 
 def predict(corr: Correction, x, analytic_s: float) -> float:
@@ -241,27 +251,35 @@ def fit(samples, min_samples: int = MIN_SAMPLES, margin: float = MARGIN) -> Corr
     z = (x - mean) / sd
     rbar = float(wt @ d.r) / sw
     rc = d.r - rbar
-    mse_analytic = float(wt @ d.r ** 2) / sw
-    mse_intercept = float(wt @ (rc / (1 - wt / sw)) ** 2) / sw
+    base_analytic = d.r ** 2
+    base_intercept = (rc / (1 - wt / sw)) ** 2
+    mse_analytic = float(wt @ base_analytic) / sw
+    base = min((base_analytic, base_intercept), key=lambda e: float(wt @ e))
     best = None
     for a in ALPHAS:
         beta, fitted, lev = _ridge_loo(z, rc, wt, a * sw)
         loo = (rc - fitted) / np.maximum(1 - lev, 1e-9)
         mse = float(wt @ loo ** 2) / sw
         if best is None or mse < best[0]:
-            best = (mse, a * sw, beta, d.r - loo)
-    mse, alpha, beta, held_out = best
-    rho = _ranking(np.log(analytic) + held_out, d)
+            best = (mse, a * sw, beta, loo)
+    mse, alpha, beta, loo = best
+    rho = _ranking(np.log(analytic) + d.r - loo, d)
     rho_analytic = _ranking(np.log(analytic), d)
-    figures = dict(samples=n, cv_mse=mse, cv_mse_analytic=mse_analytic, cv_rho=rho,
-                   cv_rho_analytic=rho_analytic)
-    bar = (1 - margin) * min(mse_analytic, mse_intercept)
-    if not mse < bar:
+    figures = dict(features=FEATURES, samples=n, cv_mse=mse, cv_mse_analytic=mse_analytic,
+                   cv_rho=rho, cv_rho_analytic=rho_analytic)
+    # the gain must be a real one: MARGIN of the better baseline's error, and more than one
+    # standard error of the paired per-sample differences (a small noisy sample can show a
+    # held-out gain by chance, which a fold of new candidates then does not keep)
+    base_mse = float(wt @ base) / sw
+    diff = loo ** 2 - base
+    n_eff = sw ** 2 / float(wt @ wt)
+    se = math.sqrt(float(wt @ (diff - diff @ wt / sw) ** 2) / sw / max(n_eff - 1, 1))
+    if not (mse < (1 - margin) * base_mse and mse - base_mse + SIGNIFICANCE * se < 0):
         return Correction(**figures, reason=f"no held-out gain (error {mse:.3g} against "
-                                            f"{min(mse_analytic, mse_intercept):.3g})")
-    if rho is not None and rho_analytic is not None and rho < rho_analytic:
-        return Correction(**figures, reason=f"held-out ranking worse (rho {rho:.3f} < "
-                                            f"{rho_analytic:.3f})")
+                                            f"{base_mse:.3g} +- {se:.2g})")
+    if rho is not None and rho_analytic is not None and rho < rho_analytic + RANK_GAIN:
+        return Correction(**figures, reason=f"held-out ranking no better (rho {rho:.3f} "
+                                            f"against {rho_analytic:.3f})")
     return Correction(kind=CorrectionKind.RIDGE, mean=tuple(map(float, mean)),
                       scale=tuple(map(float, sd)), coef=tuple(map(float, beta)),
                       intercept=rbar, alpha=float(alpha),
