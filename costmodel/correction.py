@@ -7,11 +7,13 @@ worse than assumed, the true cost of a transposing copy) shows as a residual
 correction predicts that residual from :func:`features` of the cost breakdown with ridge
 regression, and multiplies the analytic time by ``exp(residual)``:
 
-* features are standardised with the training set's (weighted) mean and deviation, the intercept
-  is not penalised, and the penalty is chosen by exact leave-one-out cross-validation (the
-  closed form of ridge: residual / (1 - leverage));
-* the fit is used only when it helps on held-out points: its leave-one-out error must beat both
-  the analytic model's and an intercept-only fit's by ``MARGIN`` and by ``SIGNIFICANCE``
+* the coefficients are learnt from the variation within each workload (residuals and features
+  centred per workload: a workload whose times are all off by one factor says nothing about
+  which of its candidates is faster), features standardised, the penalty chosen by exact
+  leave-one-out cross-validation (the closed form of ridge: residual / (1 - leverage), the
+  workload means counted in the leverage); the intercept is the mean residual;
+* the fit is used only when it helps on held-out points: its leave-one-out error must beat
+  a scale per workload (the analytic ranking) by ``MARGIN`` and by ``SIGNIFICANCE``
   standard errors of the paired per-sample differences, and its leave-one-out predictions must
   rank the measurements (Spearman, within each workload) better than the analytic times do, by
   ``RANK_GAIN`` (pruning and proposals use rankings only).  Otherwise :func:`fit` returns the
@@ -80,7 +82,8 @@ class Sample:
 class Correction:
     """A fitted correction, frozen and JSON-serialisable (:meth:`to_dict`).  The default
     instance is the analytic fallback.  ``cv_*``: leave-one-out figures of the fit (mean
-    squared log error, Spearman's rho within workloads) beside the analytic model's."""
+    squared log error within workloads, Spearman's rho within workloads) beside those of the
+    analytic model with one scale per workload; ``reason`` says why it is (not) used."""
     kind: CorrectionKind = CorrectionKind.ANALYTIC
     features: tuple[str, ...] = FEATURES
     mean: tuple[float, ...] = ()
@@ -183,15 +186,6 @@ def corrected_s(corr: Correction, w, est: CostEstimate, dev: DeviceSpec) -> floa
 
 
 # ---- fitting ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Data:
-    x: np.ndarray
-    r: np.ndarray               # ln(measured / analytic)
-    w: np.ndarray
-    groups: tuple[str, ...]
-    measured: np.ndarray
-
-
 def _usable(samples) -> list[Sample]:
     out = []
     for s in samples:
@@ -204,15 +198,16 @@ def _usable(samples) -> list[Sample]:
     return out
 
 
-def _ranking(pred_log: np.ndarray, d: _Data) -> float | None:
+def _ranking(pred_log: np.ndarray, measured: np.ndarray, groups: tuple[str, ...]
+             ) -> float | None:
     """Spearman's rho of predictions against measurements within each group of three or
     more samples, averaged weighted by group size; None without such a group."""
     total, acc = 0, 0.0
-    for g in set(d.groups):
-        idx = [i for i, h in enumerate(d.groups) if h == g]
+    for g in set(groups):
+        idx = [i for i, h in enumerate(groups) if h == g]
         if len(idx) < 3:
             continue
-        rho = spearman_rho(pred_log[idx], np.log(d.measured[idx]))
+        rho = spearman_rho(pred_log[idx], np.log(measured[idx]))
         if math.isnan(rho):
             continue
         acc += len(idx) * rho
@@ -220,21 +215,33 @@ def _ranking(pred_log: np.ndarray, d: _Data) -> float | None:
     return acc / total if total else None
 
 
-def _ridge_loo(z: np.ndarray, rc: np.ndarray, w: np.ndarray, alpha: float
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(coefficients, fitted centred values, leverages) of weighted ridge on centred data."""
+def _ridge_loo(z: np.ndarray, rc: np.ndarray, w: np.ndarray, alpha: float, group_lev: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """(coefficients, leave-one-out residuals) of weighted ridge on group-centred data; the
+    unpenalised group means add ``group_lev`` to each point's leverage."""
     zw = z * w[:, None]
-    a = z.T @ zw + alpha * np.eye(z.shape[1])
-    inv = np.linalg.inv(a)
+    inv = np.linalg.inv(z.T @ zw + alpha * np.eye(z.shape[1]))
     beta = inv @ (zw.T @ rc)
-    lev = w * np.einsum("ij,jk,ik->i", z, inv, z) + w / w.sum()
-    return beta, z @ beta, lev
+    lev = w * np.einsum("ij,jk,ik->i", z, inv, z) + group_lev
+    return beta, (rc - z @ beta) / np.maximum(1 - lev, 1e-9)
+
+
+def _group_means(v: np.ndarray, w: np.ndarray, groups: tuple[str, ...]) -> np.ndarray:
+    """Each row's weighted mean over its group (rows of ``v``, 1-d or 2-d)."""
+    out = np.empty_like(v, dtype=float)
+    for g in set(groups):
+        idx = np.array([i for i, h in enumerate(groups) if h == g])
+        out[idx] = (w[idx] @ v[idx]) / w[idx].sum()
+    return out
 
 
 def fit(samples, min_samples: int = MIN_SAMPLES, margin: float = MARGIN) -> Correction:
     """Fit the correction on ``samples`` (see the module doc); the analytic fallback when there
-    are too few usable samples or the fit does not help on held-out points."""
+    are too few usable samples or the fit does not help on held-out points.  Groups of one
+    sample are left out: they hold no variation within a workload."""
     usable = _usable(samples)
+    sizes = {g: sum(s.group == g for s in usable) for g in {s.group for s in usable}}
+    usable = [s for s in usable if sizes[s.group] >= 2]
     n = len(usable)
     if n < min_samples:
         return Correction(samples=n, reason=f"too few measured candidates ({n} < {min_samples})")
@@ -242,35 +249,33 @@ def fit(samples, min_samples: int = MIN_SAMPLES, margin: float = MARGIN) -> Corr
     analytic = np.array([s.analytic_s for s in usable])
     measured = np.array([s.measured_s for s in usable])
     wt = np.array([s.weight for s in usable], dtype=float)
-    d = _Data(x, np.log(measured) - np.log(analytic), wt, tuple(s.group for s in usable),
-              measured)
+    groups = tuple(s.group for s in usable)
+    r = np.log(measured) - np.log(analytic)
     sw = wt.sum()
-    mean = (wt @ x) / sw
-    sd = np.sqrt((wt @ (x - mean) ** 2) / sw)
+    totals = {g: float(sum(w for w, h in zip(wt, groups) if h == g)) for g in sizes}
+    group_w = np.array([totals[g] for g in groups])
+    xc = x - _group_means(x, wt, groups)
+    rc = r - _group_means(r, wt, groups)
+    sd = np.sqrt((wt @ xc ** 2) / sw)
     sd = np.where(sd > 1e-12, sd, 1.0)
-    z = (x - mean) / sd
-    rbar = float(wt @ d.r) / sw
-    rc = d.r - rbar
-    base_analytic = d.r ** 2
-    base_intercept = (rc / (1 - wt / sw)) ** 2
-    mse_analytic = float(wt @ base_analytic) / sw
-    base = min((base_analytic, base_intercept), key=lambda e: float(wt @ e))
+    z = xc / sd
+    group_lev = wt / group_w
+    base = (rc / (1 - group_lev)) ** 2          # a scale per group only: the analytic ranking
     best = None
     for a in ALPHAS:
-        beta, fitted, lev = _ridge_loo(z, rc, wt, a * sw)
-        loo = (rc - fitted) / np.maximum(1 - lev, 1e-9)
+        beta, loo = _ridge_loo(z, rc, wt, a * sw, group_lev)
         mse = float(wt @ loo ** 2) / sw
         if best is None or mse < best[0]:
             best = (mse, a * sw, beta, loo)
     mse, alpha, beta, loo = best
-    rho = _ranking(np.log(analytic) + d.r - loo, d)
-    rho_analytic = _ranking(np.log(analytic), d)
-    figures = dict(features=FEATURES, samples=n, cv_mse=mse, cv_mse_analytic=mse_analytic,
-                   cv_rho=rho, cv_rho_analytic=rho_analytic)
-    # the gain must be a real one: MARGIN of the better baseline's error, and more than one
-    # standard error of the paired per-sample differences (a small noisy sample can show a
-    # held-out gain by chance, which a fold of new candidates then does not keep)
     base_mse = float(wt @ base) / sw
+    rho = _ranking(np.log(analytic) + r - loo, measured, groups)
+    rho_analytic = _ranking(np.log(analytic), measured, groups)
+    figures = dict(features=FEATURES, samples=n, cv_mse=mse, cv_mse_analytic=base_mse,
+                   cv_rho=rho, cv_rho_analytic=rho_analytic)
+    # the gain must be a real one: MARGIN of the baseline's error, and more than SIGNIFICANCE
+    # standard errors of the paired per-sample differences (a small noisy sample can show a
+    # held-out gain by chance, which a fold of new candidates then does not keep)
     diff = loo ** 2 - base
     n_eff = sw ** 2 / float(wt @ wt)
     se = math.sqrt(float(wt @ (diff - diff @ wt / sw) ** 2) / sw / max(n_eff - 1, 1))
@@ -280,10 +285,11 @@ def fit(samples, min_samples: int = MIN_SAMPLES, margin: float = MARGIN) -> Corr
     if rho is not None and rho_analytic is not None and rho < rho_analytic + RANK_GAIN:
         return Correction(**figures, reason=f"held-out ranking no better (rho {rho:.3f} "
                                             f"against {rho_analytic:.3f})")
-    return Correction(kind=CorrectionKind.RIDGE, mean=tuple(map(float, mean)),
+    rbar = float(wt @ r) / sw
+    return Correction(kind=CorrectionKind.RIDGE, mean=tuple(map(float, (wt @ x) / sw)),
                       scale=tuple(map(float, sd)), coef=tuple(map(float, beta)),
                       intercept=rbar, alpha=float(alpha),
-                      clip=(float(d.r.min() - CLIP_WIDEN), float(d.r.max() + CLIP_WIDEN)),
+                      clip=(float(r.min() - CLIP_WIDEN), float(r.max() + CLIP_WIDEN)),
                       reason="fitted", **figures)
 
 

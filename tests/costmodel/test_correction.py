@@ -75,6 +75,28 @@ def test_a_global_scale_alone_does_not_switch_the_correction_on():
     assert not fit(scaled).active
 
 
+def test_a_feature_that_only_tells_workloads_apart_is_not_learnt():
+    """Two workloads off by different factors (e^2 and e^-2), a feature that differs between
+    them but says nothing within either: nothing for ranking candidates of one workload, so
+    no correction (a fit across workloads would have "explained" the offsets with it)."""
+    rng = np.random.default_rng(8)
+    samples = []
+    for group, offset in (("a", 2.0), ("b", -2.0)):
+        for _ in range(30):
+            x = rng.normal(size=P)
+            x[LIB] = offset / 2 + 0.1 * rng.normal()
+            a = float(np.exp(rng.uniform(-3, 0)))
+            samples.append(Sample(tuple(x), a, a * float(np.exp(offset + 0.2 * rng.normal())),
+                                  1.0, group))
+    corr = fit(samples)
+    assert not corr.active, corr.reason
+    # the same data with the effect inside each workload is learnt
+    within = [Sample(s.features, s.analytic_s,
+                     s.measured_s * float(np.exp(1.0 * (s.features[MEM]))), 1.0, s.group)
+              for s in samples]
+    assert fit(within).active
+
+
 def test_predictions_are_clipped_and_the_record_round_trips_through_json():
     corr = fit(synthetic(60, seed=5, effect=1.0))
     far = tuple([0.0] * LIB + [1e6] + [0.0] * (P - LIB - 1))   # far outside the training data
