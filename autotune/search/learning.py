@@ -14,7 +14,8 @@ import statistics
 from dataclasses import dataclass, field
 
 from costmodel import estimate
-from costmodel.correction import Correction, Sample, features, fit, predict
+from costmodel.correction import Correction, Sample, fit, predict
+from costmodel.features import features
 from costmodel.devices import DeviceSpec
 from costmodel.estimate import CostEstimate
 from db.records import Status, StoredTrial

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from costmodel import estimate
-from costmodel.correction import (FEATURES, Correction, CorrectionKind, Sample, cross_predict,
-                                  features, fit, predict)
+from costmodel.correction import Correction, CorrectionKind, Sample, cross_predict, fit, predict
+from costmodel.features import FEATURES, features
 from costmodel.devices import CPU_DEFAULT
 from costmodel.ranking import spearman_rho
 from search_spaces.space import SearchSpace

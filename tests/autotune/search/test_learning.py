@@ -10,7 +10,7 @@ import math
 import pytest
 
 from costmodel import estimate
-from costmodel.correction import FEATURES, features
+from costmodel.features import FEATURES, features
 from db.store import PlanDB
 from search_spaces.loader import load_workload
 from search_spaces.space import SearchSpace
