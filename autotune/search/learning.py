@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 from costmodel import estimate
 from costmodel.correction import Correction, Sample, fit, predict
-from costmodel.features import features
 from costmodel.devices import DeviceSpec
 from costmodel.estimate import CostEstimate
+from costmodel.features import features
 from db.records import Status, StoredTrial
 from search_spaces.candidate import Candidate
 from search_spaces.loader import builtin_names, load_workload
