@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from autotune.environment import Environment
 
 # Version of the database layout (tables and columns).  Bump it together with a new
-# entry in db.schema.MIGRATIONS.  2: trials.times_json and trials.rel_err.
-SCHEMA_VERSION = 2
+# entry in db.schema.MIGRATIONS.  2: trials.times_json and trials.rel_err.  3: trials.corrected_s.
+SCHEMA_VERSION = 3
 
 
 

@@ -3,7 +3,7 @@
 A trial travels as a :class:`TrialOutcome` from the search to :meth:`db.store.PlanDB.add_trial`,
 and comes back as a :class:`StoredTrial` (a ``trials`` row) or a :class:`BestPlan` (a
 ``best_plans`` row), each built by ``from_row`` with its JSON columns parsed.  The columns and
-their text values are those of schema 2: nothing here changes what is stored.
+their text values are those of schema 3: nothing here changes what is stored.
 """
 from __future__ import annotations
 
@@ -61,7 +61,9 @@ class TrialOutcome:
 
     ``params`` are the sampler's choices and ``options`` the values offered for each (both
     None when not from a sampler); ``times`` every timed run in seconds; ``rel_err`` the worst
-    relative error against the reference (a wrong result's says how wrong).
+    relative error against the reference (a wrong result's says how wrong); ``corrected_s``
+    the prediction of the learned correction (:mod:`costmodel.correction`) beside the
+    analytic ``predicted_s``.
     """
     candidate: Candidate
     status: Status
@@ -72,6 +74,7 @@ class TrialOutcome:
     options: dict | None = None
     times: tuple[float, ...] = ()
     rel_err: float | None = None
+    corrected_s: float | None = None
 
     def __post_init__(self):
         # a bare "ok" (an older caller, a backend's text) becomes its member; anything else
@@ -110,6 +113,7 @@ class StoredTrial:
     times: tuple[float, ...]
     rel_err: float | None
     created: str
+    corrected_s: float | None = None      # None for trials of schema 1 and 2
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "StoredTrial":
@@ -120,7 +124,7 @@ class StoredTrial:
                    error=row["error"], params=_loads(row["params_json"], {}),
                    options=_loads(row["options_json"], {}),
                    times=tuple(_loads(row["times_json"], ())), rel_err=row["rel_err"],
-                   created=row["created"])
+                   created=row["created"], corrected_s=row.get("corrected_s"))
 
     @property
     def name(self) -> str:

@@ -136,10 +136,22 @@ def _to_v2(db: Database) -> None:
     rekey(db, 2)
 
 
+def _to_v3(db: Database) -> None:
+    """The learned correction's prediction beside the analytic one (``predicted_s``), so
+    the two can be compared on every measured trial.
+
+    Nullable: trials of older schemas have none (a search stores the analytic time here
+    too while its correction falls back to the analytic model).
+    What a stored measurement means is unchanged: rows are re-keyed, cached plans stay.
+    """
+    db["trials"].add_column("corrected_s", float)
+    rekey(db, 3)
+
+
 # version -> function bringing a database from version-1 to version.  Version 0 is an
 # empty file.  Add entries, never edit shipped ones; keep a fixture of the old schema
-# in the tests for each (tests/data/plans-schema1.sqlite).
-MIGRATIONS: dict[int, Callable[[Database], None]] = {1: _to_v1, 2: _to_v2}
+# in the tests for each (tests/data/plans-schema1.sqlite, plans-schema2.sqlite).
+MIGRATIONS: dict[int, Callable[[Database], None]] = {1: _to_v1, 2: _to_v2, 3: _to_v3}
 
 
 def stored_version(conn: sqlite3.Connection) -> int | None:

@@ -152,6 +152,7 @@ class PlanDB:
                                                                          sort_keys=True),
                "times_json": json.dumps(list(o.times)) if o.times else None,
                "rel_err": None if o.rel_err is None else float(o.rel_err),
+               "corrected_s": None if o.corrected_s is None else float(o.corrected_s),
                "created": created or _now()}
         names = ", ".join(row)
         cur = self.db.conn.execute(
@@ -215,6 +216,13 @@ class PlanDB:
             where, args = where + " AND study = ?", args + [study]
         return [StoredTrial.from_row(r) for r in self.db.query(
             f"SELECT * FROM trials WHERE {where} ORDER BY number, study, id", args)]
+
+    def measured_trials(self, device_json: str, limit: int = 5000) -> list[StoredTrial]:
+        """The ok trials of every key measured on one device (any workload, space or library
+        versions), newest first, at most ``limit``: what the learned correction fits."""
+        return [StoredTrial.from_row(r) for r in self.db.query(
+            "SELECT * FROM trials WHERE device_json = ? AND status = 'ok' "
+            "ORDER BY created DESC, id DESC LIMIT ?", [device_json, int(limit)])]
 
     def trial_counts(self, plan_key: str) -> dict[Status, int]:
         """{"ok": n, "failed": n, "pruned": n} over every study of the key."""

@@ -3,7 +3,8 @@
 * :func:`plot_history`: best-so-far time against trial number, measured and predicted, from the
   trials of one plan key;
 * :func:`plot_predicted_vs_measured`: the cost model's prediction against the measured time of
-  every measured trial, log-log, with Spearman's rank correlation (:func:`spearman_rho`);
+  every measured trial, log-log, with Spearman's rank correlation
+  (:func:`costmodel.ranking.spearman_rho`);
 * :func:`plot_bench`: the ``autotune bench`` bar chart, medians with ratios to XLA.
 
 :func:`plot_all` writes ``history.png`` and ``predicted_vs_measured.png`` for a workload (and
@@ -18,41 +19,12 @@ from pathlib import Path
 
 import numpy as np
 
+from costmodel.ranking import spearman_rho
 from db.records import Status, StoredTrial
 
 
 class PlotError(ValueError):
     """Nothing to plot, or matplotlib missing."""
-
-
-# ---- statistics ---------------------------------------------------------------------------------
-def rankdata(a) -> np.ndarray:
-    """Ranks 1..n of ``a``, ties given the average of the ranks they span."""
-    a = np.asarray(a, dtype=float)
-    order = np.argsort(a, kind="mergesort")
-    sorted_a = a[order]
-    ranks = np.empty(len(a), dtype=float)
-    i = 0
-    while i < len(a):
-        j = i
-        while j + 1 < len(a) and sorted_a[j + 1] == sorted_a[i]:
-            j += 1
-        ranks[order[i:j + 1]] = (i + j) / 2 + 1
-        i = j + 1
-    return ranks
-
-
-def spearman_rho(x, y) -> float:
-    """Spearman's rank correlation: Pearson's correlation of the (tie-averaged) ranks; NaN
-    with fewer than two points or a constant side."""
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if x.shape != y.shape:
-        raise ValueError(f"spearman_rho: {x.shape} and {y.shape} differ")
-    if len(x) < 2:
-        return math.nan
-    rx, ry = rankdata(x) - (len(x) + 1) / 2, rankdata(y) - (len(y) + 1) / 2
-    den = math.sqrt(float(rx @ rx) * float(ry @ ry))
-    return float(rx @ ry) / den if den > 0 else math.nan
 
 
 # ---- matplotlib ---------------------------------------------------------------------------------
@@ -282,3 +254,43 @@ def plot_all(w, out_dir, device: str = "cpu", db=None, results_dir=None) -> dict
     if bench is not None:
         written["bench"] = plot_bench(json.loads(bench.read_text()), out / "bench.png")
     return written
+
+
+# ---- model-check --------------------------------------------------------------------------------
+def plot_model_check(d: dict, path) -> Path:
+    """Two log-log panels of ``autotune model-check``'s JSON (``d``): analytic and corrected
+    (cross-fitted) predictions against the measured medians, named plans circled, the figures
+    in the titles."""
+    pts = [p for p in d["points"] if p["measured_s"] is not None]
+    if not pts:
+        raise PlotError("no candidate was measured")
+    fig = _figure(11, 5.5)
+    meas = np.array([p["measured_s"] for p in pts])
+    for i, (key, label) in enumerate((("predicted_s", "analytic"), ("corrected_s", "corrected"))):
+        ax = fig.add_subplot(1, 2, i + 1)
+        pred = np.array([p[key] for p in pts], dtype=float)
+        ax.scatter(pred, meas, s=18, alpha=0.7, color="tab:blue" if i == 0 else "tab:green")
+        for p, x, m in zip(pts, pred, meas):
+            if p["name"]:
+                ax.annotate(p["name"], (x, m), fontsize=8, xytext=(4, 2),
+                            textcoords="offset points")
+                ax.scatter([x], [m], s=40, facecolors="none", edgecolors="tab:red")
+        lo = float(min(pred.min(), meas.min())) / 1.5
+        hi = float(max(pred.max(), meas.max())) * 1.5
+        ax.plot([lo, hi], [lo, hi], color="0.5", ls="--", lw=1)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.set_xlabel(f"{label} prediction (s)")
+        ax.set_ylabel("measured median (s)")
+        sfx = "" if i == 0 else "_corrected"
+        figs = [(n, d.get(n + sfx)) for n in ("spearman_rho", "kendall_tau", "top1_regret")]
+        ax.set_title(f"{label}: " + "  ".join(
+            f"{n.split('_')[0]} {'-' if v is None else f'{v:.2f}'}" for n, v in figs),
+            fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+    dims = ",".join(f"{k}={v}" for k, v in d["dims"].items())
+    fig.suptitle(f"{d['workload']} {dims} on {d['device_name']}: {d['samples']} candidates, "
+                 f"{d['rounds']} rounds", fontsize=10)
+    return _save(fig, path)

@@ -39,6 +39,9 @@ class SearchConfig:
     # a candidate the model ranks among this many best predictions so far is never given up
     # on after one run: a slow first run of a model favourite is made again
     favourites: int = 4
+    # prune and propose with the correction learnt from measurements (autotune.search.learning)
+    # rather than the analytic model alone
+    learn: bool = True
 
 
 @dataclass

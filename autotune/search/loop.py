@@ -4,7 +4,8 @@ Order of trials: the named plans (unfused, heuristic, greedy), then the candidat
 ranks best (:mod:`autotune.search.proposals`), then the sampler, with one trial in ``local_every``
 the model's pick among mutations of the best plan so far.  A candidate predicted more than
 ``prune_factor`` times slower than the prediction for the best measured candidate is recorded as
-pruned without running (the model's ratios are trusted, not its absolute seconds).  Each
+pruned without running (the model's ratios are trusted, not its absolute seconds); predictions
+are corrected by what the measurements taught (:mod:`autotune.search.learning`).  Each
 finished trial is written to the database at once; a rerun of the same search replays them into
 the study and continues.  At the end the finalists are re-measured side by side and the winner
 is cached (:mod:`autotune.search.confirm`).  Several workers on one shared study:
@@ -51,6 +52,8 @@ def search(w: Workload, space: SearchSpace, backend, db: PlanDB, key: PlanKey, d
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     db.add_workload(w.hash, w.name, json.dumps(w.canonical(), sort_keys=True))
     s = SearchState(w, space, backend, dev, config, memory_available)
+    if config.learn:     # what this device's measured trials teach, before the first trial
+        s.learner.load(db, key.device_json)
     if config.storage:
         from autotune.search.shared import search_shared
         return search_shared(s, db, key, on_trial)

@@ -1,11 +1,16 @@
 """The cost model's proposals to the search: its favourites before any measurement (coordinate
 descent from the named plans, plus random draws) and, during the search, the best-predicted
-unseen mutation of the best plan so far (local search)."""
+unseen mutation of the best plan so far (local search).  Both rank by ``correct(estimate)``:
+the search's learned correction (:mod:`autotune.search.learning`), the analytic time without
+one."""
 from __future__ import annotations
+
+from typing import Callable
 
 import numpy as np
 
 from costmodel import estimate
+from costmodel.estimate import CostEstimate
 from search_spaces.candidate import Candidate
 from search_spaces.plans import NAMED_PLANS, named_plan
 from search_spaces.space import params_of
@@ -13,9 +18,15 @@ from search_spaces.space import params_of
 from autotune.search.config import SearchConfig
 
 MODEL_MARGIN = 0.97   # a model favourite must beat the best named plan's prediction by 3 %
+Correct = Callable[[CostEstimate], float]
 
 
-def model_favourites(w, space, dev, config: SearchConfig, seen: set[str]) -> list[Candidate]:
+def _analytic(est: CostEstimate) -> float:
+    return est.total_s
+
+
+def model_favourites(w, space, dev, config: SearchConfig, seen: set[str],
+                     correct: Correct = _analytic) -> list[Candidate]:
     """Candidates the cost model ranks fastest, found by coordinate descent in parameter
     space from the heuristic and unfused plans (one parameter changed at a time, best
     improvement kept), plus a few random draws for diversity."""
@@ -37,7 +48,7 @@ def model_favourites(w, space, dev, config: SearchConfig, seen: set[str]) -> lis
 
     def score(c: Candidate) -> float:
         if c.key not in pool:
-            pool[c.key] = (estimate(w, c, dev).total_s, c)
+            pool[c.key] = (correct(estimate(w, c, dev)), c)
         return pool[c.key][0]
 
     for start in ("heuristic", "unfused"):
@@ -61,13 +72,14 @@ def model_favourites(w, space, dev, config: SearchConfig, seen: set[str]) -> lis
     for _ in range(config.model_pool):
         score(space.random(rng))
     # only what the model clearly prefers to every named plan is worth a measurement up front
-    bar = MODEL_MARGIN * min(estimate(w, named_plan(space, n), dev).total_s for n in NAMED_PLANS)
+    bar = MODEL_MARGIN * min(correct(estimate(w, named_plan(space, n), dev)) for n in NAMED_PLANS)
     ranked = sorted((v for k, v in pool.items() if k not in seen and v[0] < bar),
                     key=lambda x: x[0])
     return [c for _, c in ranked[: config.model_seeds]]
 
 
-def neighbour(w, space, dev, params: dict, rng, seen: set[str], tries: int = 40) -> dict | None:
+def neighbour(w, space, dev, params: dict, rng, seen: set[str], tries: int = 40,
+              correct: Correct = _analytic) -> dict | None:
     """Params of the unseen one- or two-parameter mutation of ``params`` that the cost model
     ranks fastest (None if every mutation tried was seen before)."""
     best = None
@@ -88,7 +100,7 @@ def neighbour(w, space, dev, params: dict, rng, seen: set[str], tries: int = 40)
         cand = space.build(choose)
         if cand.key in seen:
             continue
-        pred = estimate(w, cand, dev).total_s
+        pred = correct(estimate(w, cand, dev))
         if best is None or pred < best[0]:
             best = (pred, used)
     return best[1] if best else None

@@ -1,13 +1,16 @@
 """The state of one search in this process: what was measured and predicted, the best so far,
 and how one Optuna trial is evaluated (build, predict, prune or measure) into the
-:class:`~db.records.TrialOutcome` the loops write to the plan database."""
+:class:`~db.records.TrialOutcome` the loops write to the plan database.
+
+Predictions are the analytic model's, corrected by what the search has learnt from
+measurements (:class:`~autotune.search.learning.Learner`, unless ``config.learn`` is off):
+pruning compares corrected predictions, and both are stored with each trial."""
 from __future__ import annotations
 
 import math
 
 from optuna.trial import TrialState
 
-from costmodel import estimate
 from costmodel.model import memory_bytes
 from db.records import Status, StoredTrial, TrialOutcome
 from search_spaces.candidate import Candidate
@@ -16,6 +19,7 @@ from search_spaces.space import params_of
 
 from autotune.search.config import Progress
 from autotune.search.noise import NoiseBand, leniency
+from autotune.search.learning import Learner
 from autotune.search.proposals import model_favourites, neighbour
 
 
@@ -36,6 +40,8 @@ class SearchState:
         self.measured: dict[str, tuple[Status, float | None]] = {}  # cand key -> (status, median)
         self.predicted: dict[str, float] = {}
         self.best_pred: float | None = None
+        self.best_cand: Candidate | None = None                    # the best measured so far
+        self.learner = Learner(w, dev)
         self.options: dict[str, list] = {}
         self.incumbent: dict = {}                                  # params of the best so far
         self.noise = NoiseBand()                # run-to-run spread of the repeats so far
@@ -48,6 +54,7 @@ class SearchState:
             prog.measured += 1
             if prog.best_s is None or median < prog.best_s:
                 prog.best_s, prog.best_name, self.best_pred = median, cand.name or cand.key, pred
+                self.best_cand = cand
         elif status == Status.PRUNED:
             prog.pruned += 1
         else:
@@ -66,10 +73,31 @@ class SearchState:
         if t.status == Status.OK and t.params and t.measured_s <= (self.prog.best_s or math.inf):
             self.incumbent = t.params
         self.note(t.status, cand, pred, t.measured_s)
+        if self.config.learn:
+            self.learner.observe_stored(t)
 
     def neighbour(self, rng) -> dict | None:
         return neighbour(self.w, self.space, self.dev, self.incumbent, rng,
-                         set(self.measured) | set(self.predicted))
+                         set(self.measured) | set(self.predicted),
+                         correct=self.learner.corrected)
+
+    def prune_reason(self, pred: float, corrected: float) -> str | None:
+        """Why a candidate predicted ``pred`` s (``corrected`` s with the learned correction)
+        is not worth measuring, or None: it is predicted more than prune_factor times slower
+        than the best measured candidate.  Corrected against corrected while a correction is
+        fitted, analytic against analytic otherwise."""
+        factor = self.config.prune_factor
+        if self.best_cand is None or self.best_pred is None:
+            return None
+        if self.learner.correction.active:
+            best = self.learner.predict(self.best_cand)[1]
+            if corrected > factor * best:
+                return (f"corrected prediction {corrected:.3g} s (analytic {pred:.3g} s) > "
+                        f"{factor:g} x {best:.3g} s")
+            return None
+        if pred > factor * self.best_pred:
+            return f"predicted {pred:.3g} s > {factor:g} x {self.best_pred:.3g} s"
+        return None
 
     def evaluate(self, trial) -> TrialOutcome:
         """Build the trial's candidate; prune it, refuse it for memory, or measure it."""
@@ -82,15 +110,15 @@ class SearchState:
 
         cand = self.space.build(choose, name=trial.user_attrs.get("name", ""))
         self.options.update(asked)
-        pred = estimate(self.w, cand, self.dev).total_s
+        est, corrected = self.learner.predict(cand)
+        pred = est.total_s
         self.predicted[cand.key] = pred
         times, rel_err = (), None
         if cand.key in self.measured:                 # already measured: reuse, don't rerun
             status, median = self.measured[cand.key]
             error = "same candidate as an earlier trial"
-        elif self.best_pred is not None and pred > config.prune_factor * self.best_pred:
+        elif (error := self.prune_reason(pred, corrected)) is not None:
             status, median = Status.PRUNED, None
-            error = f"predicted {pred:.3g} s > {config.prune_factor:g} x {self.best_pred:.3g} s"
         elif (avail := self.memory_available() if self.memory_available else None) is not None \
                 and (need := memory_bytes(self.w, cand, self.threads)) > avail:
             status, median, error = Status.FAILED, None, memory_error(need, avail)
@@ -110,7 +138,7 @@ class SearchState:
                 self.loaded.add(cand.key)
         return TrialOutcome(candidate=cand, status=status, predicted_s=pred, measured_s=median,
                             error=error or None, params=dict(trial.params), options=asked,
-                            times=times, rel_err=rel_err)
+                            times=times, rel_err=rel_err, corrected_s=corrected)
 
     def timeout_floor(self) -> float:
         """The least time a run is given (the config's, else the backend kind's)."""
@@ -134,6 +162,8 @@ class SearchState:
         if status == Status.OK and median <= (self.prog.best_s or math.inf):
             self.incumbent = dict(o.params)
         self.note(status, cand, o.predicted_s, median)
+        if status == Status.OK and o.times and self.config.learn:    # a fresh measurement
+            self.learner.observe(cand, median)
         self.prog.new += 1
         self.prog.last = f"{cand.name or cand.key}: {status}" + (
             f" {median:.4g} s" if median else "")
@@ -143,7 +173,8 @@ class SearchState:
     def queue(self) -> list[tuple[dict, str]]:
         """(params, name) of the named plans, then of the model's favourites."""
         q = [named_plan(self.space, n) for n in ("unfused", "heuristic", "greedy")]
-        q += model_favourites(self.w, self.space, self.dev, self.config, {c.key for c in q})
+        q += model_favourites(self.w, self.space, self.dev, self.config, {c.key for c in q},
+                              correct=self.learner.corrected)
         out = []
         for cand in q:
             params = params_of(self.space, cand)

@@ -337,8 +337,8 @@ def _meta_version(path) -> str:
 @pytest.mark.parametrize("source", ["binary", "scripted"])
 def test_schema1_database_is_migrated(tmp_path, source):
     """A plan database of schema 1 (the binary fixture that schema-1 code wrote, and the same
-    content scripted with raw SQL) opens: migrated to schema 2 in one transaction, data
-    intact, new columns present, plans re-keyed so that they are still found."""
+    content scripted with raw SQL) opens: migrated to the current schema in one transaction,
+    data intact, new columns present, plans re-keyed so that they are still found."""
     import shutil
     from tests.support.schema1 import (ENV as FENV, FIXTURE, FIXTURE_SPACE_VERSION, OLD_ENV,
                                        TRIALS, key_v1, make_schema1_db)
@@ -355,10 +355,11 @@ def test_schema1_database_is_migrated(tmp_path, source):
         assert pdb.migrated_from == 1
         cols = pdb.db["trials"].columns_dict
         assert cols["times_json"] is str and cols["rel_err"] is float
+        assert cols["corrected_s"] is float
         # today's schema, the plans' own search-space version (the fixture predates SPACE_VERSION 2)
         cur, old = (PlanKey.for_env("w0", e, space_version=FIXTURE_SPACE_VERSION)
                     for e in (FENV, OLD_ENV))
-        assert cur.schema_version == SCHEMA_VERSION == 2
+        assert cur.schema_version == SCHEMA_VERSION == 3
         assert pdb.best(PlanKey.for_env("w0", FENV).key) is None   # another space: stale
         best = pdb.best(cur.key)           # found under today's key
         assert (best.candidate, best.measured_s, best.trial_number) == ({"name": ""}, 1.5, 3)
@@ -366,8 +367,8 @@ def test_schema1_database_is_migrated(tmp_path, source):
         assert pdb.best(key_v1(FENV).key) is None          # nothing left under the old keys
         rows = pdb.trials(cur.key, "tpe-seed0")
         assert [r.status for r in rows] == ["ok", "failed", "pruned", "ok"]
-        assert all(r.times == () and r.rel_err is None for r in rows)
-        assert {r.key.schema_version for r in rows} == {2}
+        assert all(r.times == () and r.rel_err is None and r.corrected_s is None for r in rows)
+        assert {r.key.schema_version for r in rows} == {3}
         assert pdb.trial_counts(cur.key) == {"ok": 2, "failed": 1, "pruned": 1}
         assert pdb.stale_rows(cur)[0]["reasons"] == ["library versions"]
         assert pdb.check() == []
@@ -397,21 +398,21 @@ def test_the_binary_fixture_is_the_scripted_one(tmp_path):
         c.close()
 
 
-def test_schema3_database_is_refused_untouched(tmp_path):
-    """A database from a newer autotune (schema 3): one line, upgrade message, file as it was."""
+def test_schema4_database_is_refused_untouched(tmp_path):
+    """A database from a newer autotune (schema 4): one line, upgrade message, file as it was."""
     p = tmp_path / "p.sqlite"
     make_db(p, n=2)
     c = sqlite3.connect(p)
-    c.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    c.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
     c.commit()
     c.close()
-    msg = _assert_refused(p, "schema 3 > 2", "upgrade autotune or use another --db")
+    msg = _assert_refused(p, "schema 4 > 3", "upgrade autotune or use another --db")
     assert msg.startswith(f"{p} was written by a newer autotune")
     from typer.testing import CliRunner
     from autotune.cli.app import app
     before = sha(p)
     r = CliRunner().invoke(app, ["db", "check", "--db", str(p)])
-    assert r.exit_code == 1 and "newer autotune (schema 3 > 2)" in r.stderr
+    assert r.exit_code == 1 and "newer autotune (schema 4 > 3)" in r.stderr
     r = CliRunner().invoke(app, ["show-best", "--db", str(p)])
     assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1
     assert "upgrade autotune" in r.stderr and sha(p) == before

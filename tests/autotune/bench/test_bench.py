@@ -14,7 +14,6 @@ from autotune.bench.peers import PeerUnavailable
 from autotune.bench.run import BenchError, run_bench
 from autotune.bench.runners import Runner
 from autotune.bench.table import format_table
-from autotune.report.plots import rankdata, spearman_rho
 from search_spaces import load_workload
 from tests.support.skips import require
 
@@ -139,23 +138,6 @@ def test_iree_peer_matches_reference():
     err, why = verify(r.to_host(r.call()), reference(w, inputs), w.rtol)
     assert not why, why
     assert "stablehlo" in bench_runners.stablehlo_text(w) and r.detail["target"] == "llvm-cpu"
-
-
-# ---- Spearman's rho -------------------------------------------------------------------------
-def test_spearman_rho_of_a_known_permutation():
-    # ranks differ by d = (-1, 1, -1, 1, 0): rho = 1 - 6 * 4 / (5 * (25 - 1)) = 0.8
-    assert spearman_rho([1, 2, 3, 4, 5], [2, 1, 4, 3, 5]) == pytest.approx(0.8)
-    assert spearman_rho([0.1, 0.5, 9.0], [3, 20, 1000]) == pytest.approx(1.0)
-    assert spearman_rho([1, 2, 3, 4], [40, 30, 20, 10]) == pytest.approx(-1.0)
-    assert math.isnan(spearman_rho([1], [2]))
-
-
-def test_ranks_average_ties():
-    assert list(rankdata([10, 20, 20, 30])) == [1, 2.5, 2.5, 4]
-    # with ties rho is Pearson's r of the average ranks: x ranks (1, 2.5, 2.5, 4), y (1..4)
-    rx, ry = np.array([1, 2.5, 2.5, 4]), np.arange(1, 5.0)
-    want = np.corrcoef(rx, ry)[0, 1]
-    assert spearman_rho([10, 20, 20, 30], [1, 2, 3, 4]) == pytest.approx(want)
 
 
 # ---- plots -------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ def _id(path):
 def test_the_commands_are_all_there():
     assert {_id(p) for p in LEAVES} >= {
         "workloads", "check", "search", "show-best", "explain", "calibrate", "emit", "bench",
-        "plot", "import-mlir", "db check", "cache prune"}
+        "plot", "import-mlir", "db check", "cache prune", "model-check"}
     assert {_id(p) for p in COMMANDS if p not in LEAVES} >= {"db", "cache"}
 
 
@@ -74,7 +74,8 @@ FORMAT_COMMANDS = [p for p, c in LEAVES.items()
 
 
 def test_format_is_one_shared_option():
-    assert {_id(p) for p in FORMAT_COMMANDS} == {"workloads", "show-best", "explain", "bench"}
+    assert {_id(p) for p in FORMAT_COMMANDS} == {"workloads", "show-best", "explain", "bench",
+                                                 "model-check"}
     opts = [next(q for q in LEAVES[p].params if "--format" in q.opts) for p in FORMAT_COMMANDS]
     assert len({(q.help, q.metavar, q.default) for q in opts}) == 1
     dbs = [q for c in LEAVES.values() for q in c.params if "--db" in q.opts]

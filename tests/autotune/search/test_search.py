@@ -116,7 +116,11 @@ def test_search_runs_the_budget_and_records_every_trial(w, lib_search):
         assert all(r.status in ("ok", "pruned") for r in rows[:3]), \
             [r.error for r in rows[:3]]
         for r in rows:
-            if r.status == "pruned":
+            if r.status == "pruned" and r.corrected_s not in (None, r.predicted_s):
+                # pruned while a learned correction was active: corrected against corrected
+                assert r.error.startswith(f"corrected prediction {r.corrected_s:.3g} s "
+                                          f"(analytic {r.predicted_s:.3g} s) > 2 x ")
+            elif r.status == "pruned":
                 assert r.error.startswith(f"predicted {r.predicted_s:.3g} s > 2 x ")
         for r in rows:
             assert r.predicted_s is not None and r.predicted_s > 0

@@ -122,7 +122,7 @@ def test_every_local_every_th_trial_is_the_models_pick_near_the_incumbent(
     picks = []
     real_neighbour, real_estimate = proposals.neighbour, proposals.estimate
 
-    def spy(w_, space_, dev, params, rng, seen, tries=40):
+    def spy(w_, space_, dev, params, rng, seen, tries=40, **kw):
         scored = []
 
         def scoring(*a):
@@ -131,7 +131,7 @@ def test_every_local_every_th_trial_is_the_models_pick_near_the_incumbent(
             return e
         monkeypatch.setattr(proposals, "estimate", scoring)
         try:
-            picked = real_neighbour(w_, space_, dev, params, rng, seen, tries)
+            picked = real_neighbour(w_, space_, dev, params, rng, seen, tries, **kw)
         finally:
             monkeypatch.setattr(proposals, "estimate", real_estimate)
         picks.append({"incumbent": dict(params), "picked": picked, "scored": scored})

@@ -1,0 +1,238 @@
+"""``autotune model-check``: how well the cost model ranks measured candidates, with and
+without the correction learnt from measurements.
+
+    check = run_model_check(load_workload("gated_mlp"), samples=40)
+    print(format_table(check))
+
+The named plans and ``samples`` random legal candidates (seeded; with ``within``, only those the
+analytic model predicts within that factor of the best named plan) are measured in ``rounds``
+interleaved rounds (each round runs every candidate once, shuffled, through the isolated
+measuring worker; every run is verified against the float64 reference), and each candidate's
+time is the median of its rounds.  A candidate that fails or times out in a round is dropped
+from the later ones and left out of the figures (listed with its error).
+
+The corrected predictions are cross-fitted: the candidates are dealt to ``folds`` folds, and
+each fold is predicted by a correction fitted on the other folds plus the plan database's
+measured trials of this device (those of the checked candidates left out), so no candidate is
+scored by a fit that saw it.  The figures (:mod:`costmodel.ranking`): Spearman's rho, Kendall's
+tau, the median absolute log error and the top-1 regret, each for the analytic and the
+corrected predictions.  The measurements are stored in the plan database as trials of the
+study ``model-check`` (their median, every round's time, both predictions), so later fits and
+searches use them.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import numpy as np
+
+from costmodel.correction import Sample, cross_predict, fit
+from costmodel.ranking import kendall_tau, median_abs_log_error, spearman_rho, top1_regret
+from db.keys import PlanKey
+from db.records import Status, TrialOutcome
+from search_spaces.candidate import Candidate
+from search_spaces.plans import named_plan
+from search_spaces.space import SearchSpace
+from search_spaces.workload import Workload
+
+from autotune.backends.base import MeasureSettings
+from autotune.search.learning import Learner
+
+STUDY = "model-check"
+FIRST = ("unfused", "heuristic", "greedy")   # measured first in round one: a best to time against
+TIMEOUT_FACTOR = 10.0                        # a run may take this many times the best so far
+FIGURES = ("spearman_rho", "kendall_tau", "median_abs_log_error", "top1_regret")
+
+
+@dataclass(frozen=True)
+class CheckedCandidate:
+    """One candidate of the check: its predictions, its round times, what became of it."""
+    name: str
+    key: str
+    status: Status
+    predicted_s: float
+    corrected_s: float | None = None       # cross-fitted; None when not measured
+    measured_s: float | None = None        # median over the rounds
+    times: tuple[float, ...] = ()
+    error: str = ""
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "status": str(self.status), "times": list(self.times)}
+
+
+@dataclass(frozen=True)
+class ModelCheck:
+    """What ``autotune model-check`` found; :meth:`to_dict` is its JSON (the figures at the
+    top level, None where undefined)."""
+    workload: str
+    dims: dict
+    device: str
+    device_name: str
+    samples: int                     # candidates measured and scored
+    candidates: int                  # candidates chosen (named plans included)
+    rounds: int
+    folds: int
+    db_samples: int                  # plan-DB samples each fold's fit also used
+    figures: dict                    # FIGURES and their ``_corrected`` twins -> float | None
+    fold_corrections: tuple[str, ...]  # each fold's correction: its kind and reason
+    correction: dict                 # the fit on everything (what a search would start from)
+    points: tuple[CheckedCandidate, ...]
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in asdict(self).items() if k not in ("figures", "points")}
+        return {**d, **self.figures, "fold_corrections": list(self.fold_corrections),
+                "points": [p.to_dict() for p in self.points]}
+
+
+def _finite(v: float) -> float | None:
+    return float(v) if v is not None and math.isfinite(v) else None
+
+
+def figures(predicted, corrected, measured) -> dict:
+    """The figures of the analytic and the corrected predictions against the measurements."""
+    out = {}
+    for suffix, pred in (("", predicted), ("_corrected", corrected)):
+        p, m = np.asarray(pred, dtype=float), np.asarray(measured, dtype=float)
+        for name, fn in zip(FIGURES, (spearman_rho, kendall_tau, median_abs_log_error,
+                                      top1_regret)):
+            out[name + suffix] = _finite(fn(p, m)) if len(p) else None
+    return out
+
+
+def choose(w: Workload, space: SearchSpace, predict: Callable[[Candidate], float],
+           samples: int, seed: int, within: float | None = None) -> list[Candidate]:
+    """The named plans, then ``samples`` distinct random legal candidates (with ``within``:
+    predicted at most that many times the best named plan's prediction)."""
+    named = [named_plan(space, n) for n in FIRST]
+    seen = {c.key for c in named}
+    bar = within * min(predict(c) for c in named) if within else math.inf
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(max(200 * samples, 1000)):
+        if len(out) >= samples:
+            break
+        c = space.random(rng)
+        if c.key in seen or not predict(c) <= bar:
+            continue
+        seen.add(c.key)
+        out.append(c)
+    return named + out
+
+
+def measure_rounds(backend, cands: list[Candidate], rounds: int, seed: int, floor_s: float,
+                   log: Callable[[str], None]) -> dict[str, tuple[Status, list[float], str]]:
+    """Every candidate once per round, the named plans first in round one and the rest
+    shuffled; a failure drops a candidate from later rounds.  key -> (status, times, error)."""
+    rng = np.random.default_rng(seed + 1)
+    state = {c.key: (Status.OK, [], "") for c in cands}
+    best = None
+    for r in range(rounds):
+        order = list(cands)
+        if r == 0:
+            head = [c for c in order if c.name in FIRST]
+            rest = [c for c in order if c.name not in FIRST]
+            order = head + [rest[i] for i in rng.permutation(len(rest))]
+        else:
+            order = [order[i] for i in rng.permutation(len(order))]
+        for i, c in enumerate(order):
+            status, times, _ = state[c.key]
+            if status != Status.OK:
+                continue
+            limit = max(floor_s, TIMEOUT_FACTOR * (best or 0)) * 3 + floor_s
+            m = backend.measure(c, limit, None)
+            label = c.name or c.key[:12]
+            if m.status != Status.OK:
+                state[c.key] = (Status.FAILED, times, m.error)
+                log(f"round {r + 1}/{rounds} {i + 1}/{len(order)} {label}: failed: {m.error}")
+                continue
+            times.append(m.median_s)
+            best = m.median_s if best is None else min(best, m.median_s)
+            log(f"round {r + 1}/{rounds} {i + 1}/{len(order)} {label}: {m.median_s:.4g} s")
+    return state
+
+
+def score(w: Workload, cands, predicted: dict, state: dict, extra: list[Sample],
+          features_of: Callable, folds: int, seed: int):
+    """(points, figures, fold corrections, the correction fitted on everything)."""
+    ok = [c for c in cands if state[c.key][0] == Status.OK and state[c.key][1]]
+    samples = [Sample(features_of(c), predicted[c.key], float(np.median(state[c.key][1])),
+                      1.0, w.hash) for c in ok]
+    corrected, fitted = cross_predict(samples, extra, folds, seed)
+    by_key = {c.key: (s, q) for c, s, q in zip(ok, samples, corrected)}
+    points = []
+    for c in cands:
+        status, times, error = state[c.key]
+        s, q = by_key.get(c.key, (None, None))
+        points.append(CheckedCandidate(c.name, c.key, status if s else Status.FAILED,
+                                       predicted[c.key], q, s.measured_s if s else None,
+                                       tuple(times), error or ("" if s else "not measured")))
+    figs = figures([s.analytic_s for s in samples], corrected, [s.measured_s for s in samples])
+    notes = tuple(f"{c.kind}: {c.reason}" for c in fitted)
+    return points, figs, notes, fit(samples + list(extra))
+
+
+def run_model_check(w: Workload, device: str = "cpu", db=None, samples: int = 40,
+                    rounds: int = 3, folds: int = 5, seed: int = 0, within: float | None = None,
+                    log: Callable[[str], None] | None = None) -> ModelCheck:
+    """Measure, cross-fit and score (see the module doc); the measurements go to the DB."""
+    from autotune.api import cache_root, open_db
+    from autotune.backends.factory import backend_kind, resolve
+    say = log or (lambda s: None)
+    env = resolve(device)
+    kind = backend_kind(env.kind)
+    dev = kind.device_spec(env)
+    space = SearchSpace(w, kind.tile_bounds)
+    store = open_db(db)
+    try:
+        key = PlanKey.for_env(w.hash, env)
+        learner = Learner(w, dev)
+        learner.load(store, key.device_json)
+        cands = choose(w, space, lambda c: learner.predict(c)[0].total_s, samples, seed, within)
+        predicted = {c.key: learner.predict(c)[0].total_s for c in cands}
+        extra = learner.samples(exclude=frozenset((w.hash, c.key) for c in cands))
+        say(f"{w.name}: {len(cands)} candidates ({len(cands) - len(FIRST)} random + "
+            f"{len(FIRST)} named), {rounds} rounds; {len(extra)} other measured candidates "
+            f"of this device in {store.path}")
+        backend = kind.backend(w, seed, cache_root(store.path), MeasureSettings(repeats=1))
+        try:
+            state = measure_rounds(backend, cands, rounds, seed, kind.min_timeout_s, say)
+        finally:
+            backend.close()
+        points, figs, notes, overall = score(
+            w, cands, predicted, state, extra, learner.features, folds, seed)
+        store.add_workload(w.hash, w.name, json.dumps(w.canonical(), sort_keys=True))
+        for c, p in zip(cands, points):
+            store.append_trial(key, STUDY, TrialOutcome(
+                candidate=c, status=p.status, predicted_s=p.predicted_s,
+                measured_s=p.measured_s, error=p.error or None, times=p.times,
+                corrected_s=p.corrected_s))
+    finally:
+        store.close()
+    return ModelCheck(w.name, dict(w.dims), env.kind, env.name,
+                      sum(p.status == Status.OK for p in points), len(cands), rounds,
+                      max(1, min(folds, len(points))), len(extra), figs, notes,
+                      overall.to_dict(), tuple(points))
+
+
+def format_table(mc: ModelCheck) -> str:
+    """The figures side by side, then what was measured and fitted."""
+    dims = ",".join(f"{k}={v}" for k, v in mc.dims.items())
+    lines = [f"{mc.workload} {dims} on {mc.device_name}: {mc.samples} of {mc.candidates} "
+             f"candidates measured ({mc.rounds} interleaved rounds, medians); corrections "
+             f"cross-fitted over {mc.folds} folds + {mc.db_samples} other trials of the DB",
+             f"{'':24s}{'analytic':>12s}{'corrected':>12s}"]
+    for name in FIGURES:
+        a, c = mc.figures[name], mc.figures[name + "_corrected"]
+        fmt = (lambda v: "-" if v is None else f"{100 * v:.1f} %") if name == "top1_regret" \
+            else (lambda v: "-" if v is None else f"{v:.3f}")
+        lines.append(f"{name:24s}{fmt(a):>12s}{fmt(c):>12s}")
+    kinds = sorted(set(n.split(":")[0] for n in mc.fold_corrections))
+    lines.append(f"fold corrections: {', '.join(kinds)}; fit on all: "
+                 f"{mc.correction['kind']} ({mc.correction['reason']})")
+    failed = [p for p in mc.points if p.status != Status.OK]
+    for p in failed:
+        lines.append(f"  not scored: {p.name or p.key[:12]}: {p.error}")
+    return "\n".join(lines)

@@ -1,0 +1,147 @@
+"""The learned correction a search keeps up to date (:mod:`costmodel.correction` does the fit).
+
+At the start it is fitted on the plan database's measured trials of this device, of every
+workload whose candidates can be rebuilt here (the search's own workload, and built-ins at any
+dims); while the search runs it is refitted every ``refit_every`` measured candidates.  Each
+distinct (workload, candidate) is one sample, its measurements merged by their median; the
+search's own workload weighs 1, others :data:`OTHER_WEIGHT`: what other workloads teach about
+the device transfers through the features, but this workload's residuals matter most.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+
+from costmodel import estimate
+from costmodel.correction import Correction, Sample, fit, predict
+from costmodel.devices import DeviceSpec
+from costmodel.estimate import CostEstimate
+from costmodel.features import features
+from db.records import Status, StoredTrial
+from search_spaces.candidate import Candidate
+from search_spaces.loader import builtin_names, load_workload
+from search_spaces.workload import Workload
+
+REFIT_EVERY = 5
+OTHER_WEIGHT = 0.5
+DB_LIMIT = 3000            # the newest measured trials of the device read at the start
+
+
+@dataclass
+class _Point:
+    x: tuple[float, ...]
+    analytic_s: float
+    times: list[float] = field(default_factory=list)
+
+
+def rebuild_workload(name: str, canonical_json: str, whash: str) -> Workload | None:
+    """The workload a stored trial was measured on, when it is a built-in (at the stored
+    dims) whose hash still matches; None otherwise (a file's workload cannot be rebuilt)."""
+    if name not in builtin_names():
+        return None
+    try:
+        dims = json.loads(canonical_json).get("dims", {})
+        w = load_workload(name, {k: int(v) for k, v in dims.items()})
+    except Exception:      # dims a newer built-in no longer has, a damaged row: skip it
+        return None
+    return w if w.hash == whash else None
+
+
+class Learner:
+    """The current correction of one search, and the samples it is fitted on."""
+
+    def __init__(self, w: Workload, dev: DeviceSpec, refit_every: int = REFIT_EVERY):
+        self.w, self.dev, self.refit_every = w, dev, max(1, refit_every)
+        self.correction = Correction()
+        self._points: dict[tuple[str, str], _Point] = {}
+        self._seen_ids: set[int] = set()
+        self._new = 0
+        self._cache: dict[str, tuple[CostEstimate, tuple[float, ...]]] = {}
+        self.fits = 0
+
+    # ---- predictions ---------------------------------------------------------------------
+    def corrected(self, est: CostEstimate) -> float:
+        """The corrected seconds of a candidate of this workload with breakdown ``est``."""
+        if not self.correction.active:
+            return est.total_s
+        return predict(self.correction, features(self.w, est, self.dev), est.total_s)
+
+    def predict(self, cand: Candidate) -> tuple[CostEstimate, float]:
+        """(analytic breakdown, corrected seconds) of ``cand``; kept for :meth:`observe`."""
+        if cand.key not in self._cache:
+            est = estimate(self.w, cand, self.dev)
+            self._cache[cand.key] = (est, features(self.w, est, self.dev))
+        est, x = self._cache[cand.key]
+        return est, predict(self.correction, x, est.total_s)
+
+    def features(self, cand: Candidate) -> tuple[float, ...]:
+        """The correction's features of ``cand`` (see :func:`costmodel.correction.features`)."""
+        self.predict(cand)
+        return self._cache[cand.key][1]
+
+    # ---- samples -------------------------------------------------------------------------
+    def _add(self, whash: str, cand_key: str, x, analytic_s: float, measured_s: float) -> None:
+        pt = self._points.setdefault((whash, cand_key), _Point(tuple(x), analytic_s))
+        pt.times.append(float(measured_s))
+        self._new += 1
+
+    def observe(self, cand: Candidate, measured_s: float | None) -> bool:
+        """A candidate of this workload measured ``measured_s``; True when that refitted."""
+        if measured_s is None or not measured_s > 0:
+            return False
+        est, _ = self.predict(cand)
+        self._add(self.w.hash, cand.key, self._cache[cand.key][1], est.total_s, measured_s)
+        if self._new >= self.refit_every:
+            self.refit()
+            return True
+        return False
+
+    def observe_stored(self, t: StoredTrial) -> bool:
+        """A trial read back from the plan DB (this search's earlier run, another worker's);
+        each row counts once however often it is read.  True when that refitted."""
+        if t.status != Status.OK or t.id in self._seen_ids:
+            return False
+        self._seen_ids.add(t.id)
+        try:
+            cand = t.to_candidate()
+        except Exception:       # an encoding of another space version
+            return False
+        return self.observe(cand, t.measured_s)
+
+    def load(self, db, device_json: str) -> int:
+        """Add the measured trials of this device from the plan DB (see the module doc) and
+        fit; returns how many trials were used."""
+        workloads: dict[str, Workload | None] = {self.w.hash: self.w}
+        used = 0
+        for t in db.measured_trials(device_json, DB_LIMIT):
+            whash = t.key.workload_hash
+            if whash not in workloads:
+                row = db.workload(whash)
+                workloads[whash] = rebuild_workload(row["name"], row["canonical_json"],
+                                                    whash) if row else None
+            w = workloads[whash]
+            if w is None or t.id in self._seen_ids or not t.measured_s:
+                continue
+            try:
+                cand = t.to_candidate()
+                est = estimate(w, cand, self.dev)
+            except Exception:      # a candidate this space version cannot price
+                continue
+            self._seen_ids.add(t.id)
+            self._add(whash, cand.key, features(w, est, self.dev), est.total_s, t.measured_s)
+            used += 1
+        self.refit()
+        return used
+
+    def samples(self, exclude: frozenset[tuple[str, str]] = frozenset()) -> list[Sample]:
+        """One sample per distinct (workload hash, candidate key), but those in ``exclude``."""
+        return [Sample(pt.x, pt.analytic_s, statistics.median(pt.times),
+                       1.0 if whash == self.w.hash else OTHER_WEIGHT, whash)
+                for (whash, ckey), pt in self._points.items() if (whash, ckey) not in exclude]
+
+    def refit(self) -> Correction:
+        self._new = 0
+        self.correction = fit(self.samples())
+        self.fits += 1
+        return self.correction

@@ -1,0 +1,134 @@
+"""The search with the learned correction, on a fake backend whose "measured" times are the
+analytic prediction times a distortion that one feature of the cost breakdown explains: the
+corrected search prunes differently and better; the correction starts from what the plan DB
+holds for the device; both predictions are stored."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from costmodel import estimate
+from costmodel.features import FEATURES, features
+from db.store import PlanDB
+from search_spaces.loader import load_workload
+from search_spaces.space import SearchSpace
+
+from autotune.backends.factory import backend_kind
+from autotune.backends.fake import FakeBackend
+from autotune.search.learning import Learner, rebuild_workload
+from tests.support.fake_search import CHEAP, DEV, REUSED, fake_key, run
+
+TILE = FEATURES.index("log_tile_elems")
+SLOPE = 0.5     # measured = analytic x (elements per tile)^0.5: big tiles are slower than modelled
+
+
+def true_s(w, cand) -> float:
+    est = estimate(w, cand, DEV)
+    return est.total_s * math.exp(SLOPE * features(w, est, DEV)[TILE])
+
+
+class Distorted(FakeBackend):
+    """The fake's noisy analytic time times the distortion."""
+
+    def run_time(self, cand, run):
+        return super().run_time(cand, run) * math.exp(
+            SLOPE * features(self.w, estimate(self.w, cand, self.dev), self.dev)[TILE])
+
+
+@pytest.fixture(scope="module")
+def w():
+    return load_workload("gated_mlp")       # default dims: the fake backend runs nothing
+
+
+@pytest.fixture(scope="module")
+def space(w):
+    return SearchSpace(w, backend_kind("cpu").tile_bounds)
+
+
+CONFIG = dataclasses.replace(CHEAP, budget=60, model_pool=50, model_seeds=4)
+
+
+def decisions(w, rows, factor: float = 2.0) -> tuple[int, int]:
+    """(wrongly pruned, wasted measurements) against the true times: a candidate is worth a
+    measurement iff it truly runs within ``factor`` x the true best measured before it."""
+    best, pruned_wrong, wasted = math.inf, 0, 0
+    for r in rows:
+        if r.error == REUSED:
+            continue
+        t = true_s(w, r.to_candidate())
+        worth = best == math.inf or t <= factor * best
+        pruned_wrong += r.status == "pruned" and worth
+        wasted += r.status == "ok" and not worth
+        if r.status == "ok":
+            best = min(best, t)
+    return pruned_wrong, wasted
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_corrected_search_prunes_differently_and_better(w, space, fast_tmp, seed):
+    out = {}
+    for learn in (False, True):
+        config = dataclasses.replace(CONFIG, seed=seed, learn=learn)
+        with PlanDB(fast_tmp / f"{learn}.sqlite") as db:
+            _, rows, _ = run(w, space, db, config, Distorted(w, DEV, sigma=0.05))
+        out[learn] = rows
+    plain, learnt = out[False], out[True]
+    # the random sampler proposes the same candidates to both: only the decisions differ
+    assert [r.candidate for r in plain] == [r.candidate for r in learnt]
+    assert all(r.corrected_s == r.predicted_s for r in plain)
+    corrected = [r for r in learnt if r.corrected_s != r.predicted_s]
+    assert len(corrected) > 20                         # the correction was on for most trials
+    assert any(r.error.startswith("corrected prediction") for r in learnt
+               if r.status == "pruned")
+    assert [r.status for r in plain] != [r.status for r in learnt]
+    wrong_p, wasted_p = decisions(w, plain)
+    wrong_l, wasted_l = decisions(w, learnt)
+    assert wrong_l + wasted_l < (wrong_p + wasted_p) / 2, ((wrong_p, wasted_p),
+                                                           (wrong_l, wasted_l))
+    best = lambda rows: min(true_s(w, r.to_candidate()) for r in rows if r.status == "ok")
+    assert best(learnt) <= best(plain)
+    # the corrected predictions of the trials that had one are closer to the true times
+    err = lambda key: sorted(abs(math.log(getattr(r, key) / true_s(w, r.to_candidate())))
+                             for r in corrected)
+    assert err("corrected_s")[len(corrected) // 2] < err("predicted_s")[len(corrected) // 2] / 2
+
+
+def test_the_correction_starts_from_the_devices_measured_trials(w, space, fresh_db):
+    run(w, space, fresh_db, dataclasses.replace(CONFIG, seed=1), Distorted(w, DEV, sigma=0.05))
+    # another workload (other dims of a built-in) on the same device: fitted before trial 1
+    other = load_workload("gated_mlp", {"T": 256})
+    assert other.hash != w.hash
+    learner = Learner(other, DEV)
+    used = learner.load(fresh_db, fake_key(other).device_json)
+    assert used == len([t for t in fresh_db.trials(fake_key(w).key) if t.status == "ok"])
+    assert learner.correction.active and learner.fits == 1
+    assert {s.weight for s in learner.samples()} == {0.5}          # none of its own yet
+    other_space = SearchSpace(other, backend_kind("cpu").tile_bounds)
+    _, rows, _ = run(other, other_space, fresh_db, dataclasses.replace(CONFIG, budget=5),
+                     Distorted(other, DEV, sigma=0.05))
+    assert all(r.corrected_s != r.predicted_s for r in rows)       # from the first trial on
+
+
+def test_rows_read_twice_count_once_and_fresh_measurements_refit(w, space, fresh_db):
+    run(w, space, fresh_db, dataclasses.replace(CONFIG, budget=30, seed=2),
+        Distorted(w, DEV, sigma=0.05))
+    rows = fresh_db.trials(fake_key(w).key)
+    learner = Learner(w, DEV, refit_every=3)
+    learner.load(fresh_db, fake_key(w).device_json)
+    n = len(learner.samples())
+    assert n == len({r.to_candidate().key for r in rows if r.status == "ok"})
+    assert not any(learner.observe_stored(r) for r in rows)         # replayed: seen already
+    assert len(learner.samples()) == n and learner.fits == 1
+    fresh = [space.random(__import__("numpy").random.default_rng(5)) for _ in range(3)]
+    refits = [learner.observe(c, true_s(w, c)) for c in fresh]
+    assert refits == [False, False, True] and learner.fits == 2
+
+
+def test_a_workload_from_a_file_is_not_rebuilt(w):
+    import json
+    canon = json.dumps(w.canonical())
+    assert rebuild_workload("gated_mlp", canon, w.hash).hash == w.hash
+    assert rebuild_workload("gated_mlp", canon, "0" * 64) is None        # changed since
+    assert rebuild_workload("my_model", canon, w.hash) is None           # not a built-in
