@@ -98,18 +98,18 @@ H100 = DeviceSpec("h100", "cuda", f32_flops=66.9e12, tf32_flops=494.7e12, bf16_f
 H200 = replace(H100, name="h200", bandwidth=0.85 * 4.8e12)
 # Measured on the 2-core AMD EPYC development machine with NumPy's OpenBLAS; `autotune
 # calibrate --device cpu` measures the machine at hand and overrides these.  The per-term
-# figures (launch_s onwards) are `autotune calibrate` on that machine (docs/costmodel.md,
-# section 7, gives the runs): the best of several runs for each.
+# figures (launch_s, region_s onwards) are `autotune calibrate` on that machine: typical values
+# over 25 runs (docs/costmodel.md, section 7, gives them and how each was chosen).
 CPU_DEFAULT = DeviceSpec("cpu", "cpu", f32_flops=157e9, tf32_flops=0.0, bf16_flops=0.0,
                          gemm_flops=90e9, loop_flops=20e9, bandwidth=10e9, cache_bytes=32e6,
-                         launch_s=4.5e-6, parallel_units=2, transcendental_flops=10.0,
+                         launch_s=4.7e-6, parallel_units=2, transcendental_flops=10.0,
                          vector_width=8, tile_overhead_s=0.2e-6,
-                         region_s=0.45e-6, thread_start_s=6.3e-6, library_call_s=42e-6,
+                         region_s=0.49e-6, thread_start_s=6.7e-6, library_call_s=40e-6,
                          gemm_shapes=GemmShapes(skinny_k=0.6, skinny_mn=1.9, batched_small=1.1),
-                         access=AccessCosts(strided_read=28.0, strided_write=39.0,
-                                            transpose_copy=20.0),
-                         functions=FunctionCosts(exp=4.7, log=4.8, sqrt=2.1, rsqrt=4.2,
-                                                 sigmoid=6.0, tanh=124.0))
+                         access=AccessCosts(strided_read=38.0, strided_write=27.0,
+                                            transpose_copy=14.0),
+                         functions=FunctionCosts(exp=5.0, log=5.0, sqrt=2.4, rsqrt=4.4,
+                                                 sigmoid=6.4, tanh=240.0))
 
 PRESETS = {d.name: d for d in (A100, H100, H200, CPU_DEFAULT)}
 

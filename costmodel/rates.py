@@ -8,8 +8,9 @@ the two stay in step.  docs/costmodel.md gives the evidence.
 from __future__ import annotations
 
 import math
+from dataclasses import fields, is_dataclass
 
-from search_spaces.ir import TRANSCENDENTAL, Binary, Call, Expr, Pow, Unary
+from search_spaces.ir import TRANSCENDENTAL, Call, Expr
 
 from .devices import DeviceSpec
 
@@ -74,18 +75,18 @@ def write_waste(spread: float, dev: DeviceSpec) -> float:
 
 def transcendental_weight(e: Expr, dev: DeviceSpec) -> float:
     """Flop-equivalents of the transcendental calls in one evaluation of ``e``, each weighted
-    by its own cost on ``dev`` (:class:`FunctionCosts`, else ``transcendental_flops``)."""
-    if isinstance(e, Unary):
-        return transcendental_weight(e.x, dev)
-    if isinstance(e, Binary):
-        return transcendental_weight(e.a, dev) + transcendental_weight(e.b, dev)
-    if isinstance(e, Pow):
-        return transcendental_weight(e.base, dev)
-    if isinstance(e, Call):
-        own = dev.functions.weight(e.fn, dev.transcendental_flops) \
-            if e.fn in TRANSCENDENTAL else 0.0
-        return own + sum(transcendental_weight(a, dev) for a in e.args)
-    return 0.0
+    by its own cost on ``dev`` (:class:`FunctionCosts`, else ``transcendental_flops``).  Walks
+    every sub-expression whatever its node type, so it counts the calls ``ir.count_flops``
+    counts."""
+    own = 0.0
+    if isinstance(e, Call) and e.fn in TRANSCENDENTAL:
+        own = dev.functions.weight(e.fn, dev.transcendental_flops)
+    for f in fields(e):
+        v = getattr(e, f.name)
+        for child in (v if isinstance(v, tuple) else (v,)):
+            if is_dataclass(child):
+                own += transcendental_weight(child, dev)
+    return own
 
 
 def loop_launch_s(dev: DeviceSpec) -> float:

@@ -12,8 +12,9 @@ import pytest
 import costmodel
 from costmodel.devices import CPU_DEFAULT, AccessCosts, DeviceSpec, FunctionCosts, GemmShapes
 from costmodel.rates import (BATCHED_SMALL, SKINNY_K, SKINNY_MN, gemm_efficiency, gemm_rate,
-                             pattern_waste, shape_law)
+                             pattern_waste, shape_law, transcendental_weight)
 from search_spaces import load_workload, parse_workload
+from search_spaces.loader import builtin_names
 from search_spaces.candidate import IMPL_LIBRARY, GroupSchedule, make_candidate
 from search_spaces.plans import named_plan
 from search_spaces.space import SearchSpace
@@ -152,6 +153,16 @@ def test_each_function_has_its_own_cost():
     assert total(w, cand, replace(NEUTRAL, functions=FunctionCosts(tanh=1e4))) == base
     gc = costmodel.estimate(w, cand, dearer_exp).groups[0]
     assert gc.transcendentals == 2 * 64 * 64          # the count stays a count
+
+
+@pytest.mark.parametrize("name", builtin_names())
+def test_equal_function_weights_count_what_count_flops_counts(name):
+    w = load_workload(name)         # parsing only: the default dims cost nothing here
+    same = replace(NEUTRAL, functions=FunctionCosts(*[7.0] * 6))
+    for op in w.ops:
+        assert transcendental_weight(op.expr, same) == 7.0 * op.flops_per_iteration()[1]
+        assert transcendental_weight(op.expr, NEUTRAL) == \
+            NEUTRAL.transcendental_flops * op.flops_per_iteration()[1]
 
 
 def test_region_and_thread_start_are_charged_per_loop_group_and_library_calls_apart():

@@ -79,18 +79,19 @@ def measure(gemm_n: int, copy_mb: float, repeats: int, cache_dir: Path) -> dict:
     """Measure this machine: the calibration record without its version (not yet stored).
     ``cache_dir``: where the probes' compiled C goes (the kernel cache)."""
     errors: dict[str, str] = {}
-    ev: dict = {"gemm_flops": host_probes.gemm_flops((1, gemm_n, gemm_n, gemm_n), repeats),
-                "gemm_class_flops": {c: host_probes.gemm_flops(shape, repeats)
-                                     for c, shape in host_probes.GEMM_SHAPES.items()}}
+    rates = host_probes.gemm_flops({"square": (1, gemm_n, gemm_n, gemm_n),
+                                    **host_probes.GEMM_SHAPES}, repeats)
+    ev: dict = {"gemm_flops": rates.pop("square"), "gemm_class_flops": rates}
     n = max(1, int(copy_mb * 1e6) // 4)
     src = np.ones(n, dtype=np.float32)
     dst = np.zeros(n, dtype=np.float32)
     ev["numpy_copy_bandwidth"] = host_probes.numpy_copy_bandwidth(src, dst, repeats)
     lib = _errors(lambda: probes.load_probes(cache_dir), errors, "probes")
     if lib is not None:
-        ev["copy_bandwidth"] = probes.stream_copy_bandwidth(lib, src, dst, repeats)
-        ev["strided_read_bandwidth"] = probes.strided_read_bandwidth(lib, src, repeats)
-        ev["transpose_bandwidth"] = probes.transpose_bandwidth(lib, src, dst, repeats)
+        bws = probes.memory_bandwidths(lib, src, dst, repeats)
+        ev["copy_bandwidth"] = bws["copy"]
+        ev["strided_read_bandwidth"] = bws["strided_read"]
+        ev["transpose_bandwidth"] = bws["transpose"]
         peak = _errors(lambda: probes.peak_flops(lib, repeats), errors, "f32_flops")
         if peak is not None:
             ev["peak_flops"] = peak

@@ -1,9 +1,11 @@
 """Calibration probes through the executor's own Python path: the library GEMM rate by shape
 class (NumPy's BLAS through the executor's GEMM call) and the fixed cost of a group's call, from
-tiny compiled plans.  Each returns the best of its runs after a warm-up (``probes.best_time``).
+tiny compiled plans.  Each returns the best of its runs after a warm-up
+(``probes.best_times``); figures set against each other run interleaved.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +16,7 @@ from search_spaces.plans import named_plan
 from search_spaces.space import SearchSpace
 
 from autotune.backends.cpu.executor import CompiledPlan, _matmul
-from autotune.backends.cpu.probes import best_time
+from autotune.backends.cpu.probes import best_time, best_times
 
 # (batch, M, N, K) at which each GEMM shape class is measured: the class's defining dim at its
 # measuring point in costmodel.rates, the others where no other class limits them
@@ -26,15 +28,19 @@ GEMM_SHAPES = {
 CALLS = 20             # plan calls per timed run of the launch probe
 
 
-def gemm_flops(shape: tuple[int, int, int, int], repeats: int) -> float:
-    """flop/s of the executor's GEMM call on float32 ``batch`` x (M x K) @ (K x N)."""
-    b, m, n, k = shape
+def gemm_flops(shapes: dict[str, tuple[int, int, int, int]], repeats: int) -> dict[str, float]:
+    """flop/s of the executor's GEMM call on float32 ``batch`` x (M x K) @ (K x N), for each
+    named shape, interleaved (the rates are set against each other)."""
     rng = np.random.default_rng(0)
-    a = rng.standard_normal((b, m, k), dtype=np.float32)
-    bm = rng.standard_normal((b, k, n), dtype=np.float32)
-    c = np.empty((b, m, n), dtype=np.float32)
-    t = best_time(lambda r: _matmul(a, bm, c), repeats)
-    return 2.0 * b * m * n * k / t
+
+    def run(shape):
+        b, m, n, k = shape
+        a = rng.standard_normal((b, m, k), dtype=np.float32)
+        bm = rng.standard_normal((b, k, n), dtype=np.float32)
+        c = np.empty((b, m, n), dtype=np.float32)
+        return lambda r: _matmul(a, bm, c)
+    t = best_times({name: run(shape) for name, shape in shapes.items()}, repeats)
+    return {name: 2.0 * math.prod(shapes[name]) / t[name] for name in shapes}
 
 
 def numpy_copy_bandwidth(src: np.ndarray, dst: np.ndarray, repeats: int) -> float:
@@ -56,7 +62,8 @@ def _chain(name: str, ops: int, contraction: bool):
     return parse_workload(text, f"{name}.toml")
 
 
-def _per_call(w, cache_dir: Path, repeats: int) -> float:
+def _calls(w, cache_dir: Path):
+    """A run of CALLS calls of ``w``'s unfused plan."""
     plan = CompiledPlan(w, named_plan(SearchSpace(w), "unfused"), cache_dir)
     rng = np.random.default_rng(0)
     inputs = {n: rng.standard_normal(s).astype(np.float32) for n, s in w.inputs}
@@ -64,13 +71,15 @@ def _per_call(w, cache_dir: Path, repeats: int) -> float:
     def run(r):
         for _ in range(CALLS):
             plan(**inputs)
-    return best_time(run, repeats) / CALLS
+    return run
 
 
 def group_call_s(contraction: bool, cache_dir: Path, repeats: int, ops: int = 4) -> float:
     """Seconds one more group adds to a plan's call: a chain of ``ops`` groups against a chain
-    of one, both unfused, so the per-call set-up (inputs, outputs) cancels out."""
+    of one, both unfused and interleaved, so the per-call set-up (inputs, outputs) cancels
+    out."""
     kind = "gemm" if contraction else "loop"
-    many = _per_call(_chain(f"calib_{kind}_{ops}", ops, contraction), cache_dir, repeats)
-    one = _per_call(_chain(f"calib_{kind}_1", 1, contraction), cache_dir, repeats)
-    return max(many - one, 0.0) / (ops - 1)
+    t = best_times({"many": _calls(_chain(f"calib_{kind}_{ops}", ops, contraction), cache_dir),
+                    "one": _calls(_chain(f"calib_{kind}_1", 1, contraction), cache_dir)},
+                   repeats)
+    return max(t["many"] - t["one"], 0.0) / CALLS / (ops - 1)

@@ -2,8 +2,10 @@
 groups (the executor's compiler and flags, OpenMP on every core) reaches on this machine.
 
 Every probe compiles through :func:`autotune.backends.cpu.executor.compile_source` (cached in the
-kernel cache) and returns a rate or a time, the best of its runs after a warm-up
-(:func:`best_time`): noise from other processes only ever slows a run down.
+kernel cache) and returns rates or times, the best of their runs after a warm-up
+(:func:`best_times`): noise from other processes only ever slows a run down.  Figures that are
+set against each other (a pattern's bandwidth against the streaming copy's, a function's loop
+against the plain loop) run interleaved, round by round, so both see the same load.
 ``calibration_terms.py`` turns them into the cost model's terms.
 """
 from __future__ import annotations
@@ -12,6 +14,7 @@ import ctypes
 import math
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -28,21 +31,29 @@ RUN_BUDGET_S = 0.15     # per repeat: short probes run until this much time has 
 MAX_RUNS = 50
 
 
-def best_time(fn, repeats: int, max_runs: int = MAX_RUNS) -> float:
-    """Best wall time of ``fn(r)`` (r = 1, 2, ...) after a warm-up ``fn(0)``: at least
-    ``repeats`` runs, more while they take under ``repeats * RUN_BUDGET_S`` in all (up to
-    ``max_runs``).  On a shared machine the best of many short runs is the one that found the
-    cores idle."""
-    fn(0)
-    best, spent, r = math.inf, 0.0, 0
-    repeats = max(1, repeats)
-    while r < repeats or (spent < repeats * RUN_BUDGET_S and r < max_runs):
+def best_times(fns: dict[str, Callable[[int], object]], repeats: int,
+               max_rounds: int = MAX_RUNS) -> dict[str, float]:
+    """Best wall time of each ``fn(r)`` after a warm-up ``fn(0)``, run in rounds (r = 1, 2,
+    ...: each fn once per round): at least ``repeats`` rounds, more while they take under
+    ``repeats * RUN_BUDGET_S`` per fn in all (up to ``max_rounds``).  On a shared machine the
+    best of many short runs is the one that found the cores idle."""
+    for fn in fns.values():
+        fn(0)
+    best = dict.fromkeys(fns, math.inf)
+    spent, r, repeats = 0.0, 0, max(1, repeats)
+    while r < repeats or (spent < repeats * RUN_BUDGET_S * len(fns) and r < max_rounds):
         r += 1
-        t0 = time.perf_counter()
-        fn(r)
-        took = time.perf_counter() - t0
-        best, spent = min(best, took), spent + took
-    return max(best, 1e-9)
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn(r)
+            took = time.perf_counter() - t0
+            best[name], spent = min(best[name], took), spent + took
+    return {name: max(t, 1e-9) for name, t in best.items()}
+
+
+def best_time(fn: Callable[[int], object], repeats: int, max_runs: int = MAX_RUNS) -> float:
+    """:func:`best_times` of one function."""
+    return best_times({"": fn}, repeats, max_runs)[""]
 
 
 def _function_spellings() -> dict[str, str]:
@@ -167,45 +178,39 @@ def peak_flops(lib, repeats: int, iters: int = 50_000_000) -> float:
     return 2.0 * _PEAK_CHAINS * lanes * iters * threads.value / t   # FMA = 2 flops
 
 
-def stream_copy_bandwidth(lib, src: np.ndarray, dst: np.ndarray, repeats: int) -> float:
-    """bytes/s (read plus written) of a generated unit-stride copy of ``src`` into ``dst``."""
+def memory_bandwidths(lib, src: np.ndarray, dst: np.ndarray, repeats: int) -> dict[str, float]:
+    """bytes/s of three generated parallel loops over the two float32 buffers, interleaved:
+    ``copy``, a unit-stride copy (bytes read plus written); ``strided_read``, the useful bytes
+    of reading every STRIDE-th float (a line, and every fourth a page, per element; each round
+    starts FRESH floats further, on lines no earlier round brought into the cache, hence at most
+    STRIDE / FRESH - 1 rounds); ``transpose``, a 2-D transposing copy of a ``side x side``
+    matrix, ``side`` as large as both buffers allow (odd, against cache-set aliasing; bytes read
+    plus written)."""
     n = min(src.size, dst.size)
-    t = best_time(lambda r: lib.probe_copy(src.ctypes.data, dst.ctypes.data, n), repeats)
-    return 2.0 * n * 4 / t
-
-
-def strided_read_bandwidth(lib, buf: np.ndarray, repeats: int) -> float:
-    """Useful bytes/s of a generated parallel loop reading every STRIDE-th float of ``buf``
-    (one line, and every fourth a page, per element).  Each run starts FRESH floats further,
-    so it reads lines no earlier run brought into the cache."""
-    runs = min(max(1, repeats), STRIDE // FRESH - 1)
-    n = max(1, (buf.size - STRIDE) // STRIDE)
-    base = buf.ctypes.data
-    t = best_time(lambda r: lib.probe_strided(base + 4 * FRESH * r, n, STRIDE), runs,
-                  max_runs=runs)
-    return n * 4 / t
-
-
-def transpose_bandwidth(lib, src: np.ndarray, dst: np.ndarray, repeats: int) -> float:
-    """bytes/s (read plus written) of a generated 2-D transposing copy of a ``side x side``
-    matrix, ``side`` as large as both buffers allow (odd, against cache-set aliasing)."""
-    side = int(math.isqrt(min(src.size, dst.size))) | 1
-    side = side if side * side <= min(src.size, dst.size) else side - 2
-    side = max(side, 1)
-    t = best_time(lambda r: lib.probe_transpose(src.ctypes.data, dst.ctypes.data, side, side),
-              repeats)
-    return 2.0 * side * side * 4 / t
+    side = max(1, int(math.isqrt(n)) | 1)
+    side = side if side * side <= n else max(1, side - 2)
+    strided = max(1, (src.size - STRIDE) // STRIDE)
+    base, out = src.ctypes.data, dst.ctypes.data
+    rounds = STRIDE // FRESH - 1
+    t = best_times({"copy": lambda r: lib.probe_copy(base, out, n),
+                    "strided_read": lambda r: lib.probe_strided(base + 4 * FRESH * r, strided,
+                                                                STRIDE),
+                    "transpose": lambda r: lib.probe_transpose(base, out, side, side)},
+                   min(max(1, repeats), rounds), max_rounds=rounds)
+    return {"copy": 2.0 * n * 4 / t["copy"], "strided_read": strided * 4 / t["strided_read"],
+            "transpose": 2.0 * side * side * 4 / t["transpose"]}
 
 
 def region_times(lib, repeats: int, reps: int = 200) -> tuple[float, float, int]:
     """(seconds of an empty parallel-for region on one thread, seconds each further thread adds,
     threads): regions back to back, so every one wakes its threads as a plan's groups do."""
     threads = max(1, int(lib.probe_max_threads()))
-    one = best_time(lambda r: lib.probe_regions(reps, 1), repeats) / reps
+    t = best_times({"one": lambda r: lib.probe_regions(reps, 1),
+                    "all": lambda r: lib.probe_regions(reps, threads)}, repeats)
+    one = t["one"] / reps
     if threads == 1:
         return one, 0.0, 1
-    full = best_time(lambda r: lib.probe_regions(reps, threads), repeats) / reps
-    return one, max(full - one, 0.0) / (threads - 1), threads
+    return one, max(t["all"] / reps - one, 0.0) / (threads - 1), threads
 
 
 def function_times(lib, repeats: int, reps: int = 50) -> dict[str, float]:
@@ -215,12 +220,15 @@ def function_times(lib, repeats: int, reps: int = 50) -> dict[str, float]:
     threads = max(1, int(lib.probe_max_threads()))
     n = FUNCTION_ELEMS * threads
     x = (0.5 + (np.arange(n) % 97) / 97.0).astype(np.float32)      # in every domain
-    y = np.zeros(n, dtype=np.float32)
-    per = {}
-    for fn in ("ref", *_function_spellings()):
-        f = getattr(lib, f"probe_fn_{fn}")
-        t = best_time(lambda r: f(x.ctypes.data, y.ctypes.data, n, reps), repeats)
+    names = ("ref", *_function_spellings())
+    ys = {fn: np.zeros(n, dtype=np.float32) for fn in names}
+
+    def run(fn):
+        f, y = getattr(lib, f"probe_fn_{fn}"), ys[fn].ctypes.data
+        return lambda r: f(x.ctypes.data, y, n, reps)
+    t = best_times({fn: run(fn) for fn in names}, repeats)
+    for fn, y in ys.items():
         if not np.isfinite(y).all():
             raise RuntimeError(f"the {fn} probe produced non-finite values")
-        per[fn] = t / (n * reps)
+    per = {fn: s / (n * reps) for fn, s in t.items()}
     return {fn: (s if fn == "ref" else max(s - per["ref"], 0.0)) for fn, s in per.items()}

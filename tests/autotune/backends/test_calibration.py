@@ -35,9 +35,9 @@ def lib(tmp_path_factory):
 def test_memory_probes_on_a_tiny_buffer(lib):
     src = np.ones(20_000, dtype=np.float32)
     dst = np.zeros(20_000, dtype=np.float32)
-    assert positive(probes.stream_copy_bandwidth(lib, src, dst, 1))
-    assert positive(probes.strided_read_bandwidth(lib, src, 1))
-    assert positive(probes.transpose_bandwidth(lib, src, dst, 1))
+    bws = probes.memory_bandwidths(lib, src, dst, 1)
+    assert set(bws) == {"copy", "strided_read", "transpose"}
+    assert all(positive(v) for v in bws.values())
     assert positive(host_probes.numpy_copy_bandwidth(src, dst, 1))
 
 
@@ -60,7 +60,8 @@ def test_compute_probes_on_a_tiny_size(lib):
 
 
 def test_gemm_probe_through_the_executor_call():
-    assert positive(host_probes.gemm_flops((2, 8, 4, 16), 1))
+    rates = host_probes.gemm_flops({"tiny": (2, 8, 4, 16), "square": (1, 16, 16, 16)}, 1)
+    assert set(rates) == {"tiny", "square"} and all(positive(v) for v in rates.values())
 
 
 def test_group_call_probes(tmp_path):
