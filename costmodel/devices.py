@@ -1,12 +1,54 @@
 """Device descriptions the cost model predicts for.  Pure data: no I/O here.
 
 GPU figures are datasheet numbers (dense, no sparsity); the ``*_eff`` fractions say how much of
-them generated code and library GEMMs reach in practice.  The ``cpu`` preset is a placeholder
-that ``autotune calibrate`` replaces with rates measured on the machine itself.
+them generated code and library GEMMs reach in practice.  The ``cpu`` preset holds figures
+measured on the development machine, which ``autotune calibrate`` replaces with those of the
+machine itself.  The per-term sections (GEMM shape classes, access patterns, function costs)
+default to the neutral values under which the model predicts exactly as it did before they
+existed: the GPU presets keep them (nothing there is calibrated yet).
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+
+TRANSCENDENTALS = ("exp", "log", "sqrt", "rsqrt", "sigmoid", "tanh")
+
+
+@dataclass(frozen=True)
+class GemmShapes:
+    """Library GEMM rate by shape class, as factors on ``gemm_flops`` times the shape law
+    (``costmodel.rates.gemm_rate``: where each class is measured and how it is interpolated).
+    1.0: the shape law alone."""
+    skinny_k: float = 1.0       # K <= 128 with large M*N (the trimul projections)
+    skinny_mn: float = 1.0      # min(M, N) <= 32 with the other dims large (tall-skinny)
+    batched_small: float = 1.0  # a batch of small matrices in one call
+
+
+@dataclass(frozen=True)
+class AccessCosts:
+    """Cost of an access pattern in DRAM bytes moved (at ``bandwidth``) per useful byte, when
+    every element sits in a cache line of its own.  16 (a 64-byte line per float32) is the
+    line-granularity model, which the presets keep; calibration measures generated C loops."""
+    strided_read: float = 16.0    # a read walking with a large stride
+    strided_write: float = 16.0   # a write walking with a large stride (its line is read too)
+    transpose_copy: float = 16.0  # a whole transposing copy (NumPy's layout copies for BLAS),
+                                  # per byte read and written, against a streaming copy
+
+
+@dataclass(frozen=True)
+class FunctionCosts:
+    """Flop-equivalents of one evaluation of each transcendental, at the loop rate; None: the
+    device's single ``transcendental_flops`` weight."""
+    exp: float | None = None
+    log: float | None = None
+    sqrt: float | None = None
+    rsqrt: float | None = None
+    sigmoid: float | None = None
+    tanh: float | None = None
+
+    def weight(self, fn: str, default: float) -> float:
+        v = getattr(self, fn, None)
+        return default if v is None else v
 
 
 @dataclass(frozen=True)
@@ -27,13 +69,22 @@ class DeviceSpec:
     vector_width: int = 1      # SIMD lanes a generated loop needs to reach loop_flops (CPU)
     tile_overhead_s: float = 0.0   # per tile and member: scheduling and loop set-up
     tile_cache_bytes: float = 512e3  # private cache one tile works in (L2 per core; smem per SM)
+    # CPU loop groups: an OpenMP parallel region's start, and waking each thread beyond the first
+    region_s: float = 0.0
+    thread_start_s: float = 0.0
+    library_call_s: float = 0.0    # host-side set-up of a library GEMM call beyond launch_s
+    gemm_shapes: GemmShapes = GemmShapes()
+    access: AccessCosts = AccessCosts()
+    functions: FunctionCosts = FunctionCosts()
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @staticmethod
     def from_dict(d: dict) -> "DeviceSpec":
-        return DeviceSpec(**d)
+        nested = {"gemm_shapes": GemmShapes, "access": AccessCosts, "functions": FunctionCosts}
+        return DeviceSpec(**{k: nested[k](**v) if k in nested and isinstance(v, dict) else v
+                             for k, v in d.items()})
 
 
 A100 = DeviceSpec("a100", "cuda", f32_flops=19.5e12, tf32_flops=156e12, bf16_flops=312e12,
@@ -45,12 +96,20 @@ H100 = DeviceSpec("h100", "cuda", f32_flops=66.9e12, tf32_flops=494.7e12, bf16_f
                   cache_bytes=50e6, launch_s=5e-6, parallel_units=132 * 4,
                   transcendental_flops=4.0)
 H200 = replace(H100, name="h200", bandwidth=0.85 * 4.8e12)
-# Measured on the 2-core AMD EPYC (Zen 3) development machine with NumPy's OpenBLAS; `autotune
-# calibrate --device cpu` measures the machine at hand and overrides these.
+# Measured on the 2-core AMD EPYC development machine with NumPy's OpenBLAS; `autotune
+# calibrate --device cpu` measures the machine at hand and overrides these.  The per-term
+# figures (launch_s, region_s onwards) are `autotune calibrate` on that machine: typical values
+# over 25 runs (docs/costmodel.md, section 7, gives them and how each was chosen).
 CPU_DEFAULT = DeviceSpec("cpu", "cpu", f32_flops=157e9, tf32_flops=0.0, bf16_flops=0.0,
                          gemm_flops=90e9, loop_flops=20e9, bandwidth=10e9, cache_bytes=32e6,
-                         launch_s=30e-6, parallel_units=2, transcendental_flops=10.0,
-                         vector_width=8, tile_overhead_s=0.2e-6)
+                         launch_s=4.7e-6, parallel_units=2, transcendental_flops=10.0,
+                         vector_width=8, tile_overhead_s=0.2e-6,
+                         region_s=0.49e-6, thread_start_s=6.7e-6, library_call_s=40e-6,
+                         gemm_shapes=GemmShapes(skinny_k=0.6, skinny_mn=1.9, batched_small=1.1),
+                         access=AccessCosts(strided_read=38.0, strided_write=27.0,
+                                            transpose_copy=14.0),
+                         functions=FunctionCosts(exp=5.0, log=5.0, sqrt=2.4, rsqrt=4.4,
+                                                 sigmoid=6.4, tanh=240.0))
 
 PRESETS = {d.name: d for d in (A100, H100, H200, CPU_DEFAULT)}
 

@@ -2,8 +2,9 @@
 
 Each group is a roofline: time = max(compute, memory) + launch.  Compute counts every body
 evaluation of every member (so recomputation inside fused tiles is paid for), with
-transcendentals weighted; memory counts the bytes each tile moves from DRAM.  docs/costmodel.md
-gives the reasons for each term.
+transcendentals weighted; memory counts the bytes each tile moves from DRAM, strided and
+transposing access weighted by their measured cost.  The device rates of each term are applied
+in ``rates.py``; docs/costmodel.md gives the reasons for each term.
 """
 from __future__ import annotations
 
@@ -19,20 +20,16 @@ from search_spaces.workload import Workload
 from .cuda_limits import limit_penalty_s
 from .devices import DeviceSpec
 from .estimate import CostEstimate, FusedProducer, GroupCost
-
-LINE_ELEMS = 16        # floats per 64-byte cache line: worst-case waste of a strided access
-SMALL_GEMM = 64        # GEMM dims below this leave BLAS micro-kernels partly idle
-# A transposing copy moves a whole line per element on its strided side.  Measured on the
-# 2-core development machine at N=702: a projection GEMM whose output layout needs such a copy
-# took 0.90 s against 0.19 s (the 250 MB copy ~0.7 s, ~30x a streaming copy).
-TRANSPOSE_WASTE = float(LINE_ELEMS)
+from .rates import (LINE_ELEMS, gemm_rate, library_launch_s, loop_launch_s, read_waste,
+                    transcendental_weight, write_waste)
 
 
 def line_waste(shape, perm, box) -> float:
-    """DRAM bytes moved per useful byte when a tile reads (or writes) ``box`` of a tensor
+    """Lines moved per line of useful data when a tile reads (or writes) ``box`` of a tensor
     stored in ``perm`` order: a contiguous run shorter than a cache line still moves the whole
-    line, so the waste is LINE_ELEMS / run, run being the box's extent along the innermost
-    storage dims (further dims count only while the box covers the inner ones entirely)."""
+    line, so the spread is LINE_ELEMS / run, run being the box's extent along the innermost
+    storage dims (further dims count only while the box covers the inner ones entirely).
+    ``rates.read_waste`` / ``write_waste`` turn it into DRAM bytes per useful byte."""
     run = 1
     for d in reversed(perm):
         run *= box[d]
@@ -66,7 +63,7 @@ def _roofline(flops_eq: float, rate: float, bytes_: float, dev: DeviceSpec, laun
     compute = flops_eq / rate
     memory = bytes_ / dev.bandwidth
     bound = "compute" if compute >= memory else "memory"
-    return max(compute, memory) + launches * dev.launch_s, bound
+    return max(compute, memory) + launches * library_launch_s(dev), bound
 
 
 def _library_group(w, g: Group, layout_of, dev: DeviceSpec, item: int) -> GroupCost:
@@ -76,8 +73,6 @@ def _library_group(w, g: Group, layout_of, dev: DeviceSpec, item: int) -> GroupC
     size = lambda idx: math.prod(ext[i] for i in idx)
     b_, m, n, k = size(form.batch), size(form.m), size(form.n), size(form.k)
     flops = 2.0 * b_ * m * n * k
-    # BLAS reaches its large-shape rate only when the matrix dims fill its register blocks
-    eff = min(1.0, m / SMALL_GEMM) * min(1.0, n / SMALL_GEMM) * min(1.0, k / SMALL_GEMM) ** 0.5
     bytes_ = copy_bytes = 0.0
     ga, gb, go = operand_groups(form)
     for tensor, idx, grp in ((form.a.tensor, form.a.idx, ga), (form.b.tensor, form.b.idx, gb),
@@ -88,8 +83,8 @@ def _library_group(w, g: Group, layout_of, dev: DeviceSpec, item: int) -> GroupC
             # NumPy/CuPy first copy the operand into a BLAS-able layout (or the result out of
             # one): a separate transposing pass, not overlapped with the GEMM, which walks one
             # side with a stride and so moves whole lines for single elements
-            copy_bytes += 2 * nbytes * TRANSPOSE_WASTE
-    t, bound = _roofline(flops, dev.gemm_flops * max(eff, 0.05), bytes_, dev, 1)
+            copy_bytes += 2 * nbytes * dev.access.transpose_copy
+    t, bound = _roofline(flops, gemm_rate(dev, b_, m, n, k), bytes_, dev, 1)
     t += copy_bytes / dev.bandwidth
     return GroupCost(ops=(op.out,), anchor=op.out, impl=IMPL_LIBRARY, tiles=(),
                      predicted_s=t, flops=flops, recomputed_flops=0.0, transcendentals=0.0,
@@ -135,7 +130,8 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
                 st = strides(w.shapes[acc.tensor], layout_of(acc.tensor))
             if st[acc.idx.index(inner)] != 1:
                 vec = min(vec, 1.0 / dev.vector_width)
-        compute_s += mp.executions * (f + t * dev.transcendental_flops) / (dev.loop_flops * vec)
+        compute_s += mp.executions * (f + transcendental_weight(op.expr, dev)) \
+            / (dev.loop_flops * vec)
         for acc in op.reads():
             if acc.tensor in members:
                 continue
@@ -147,12 +143,13 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
                 pos = op.domain.index(i)
                 ext.append(shp[pos] if pos < len(op.parallel) else op.extent(i))
             box = math.prod(ext)
-            waste = line_waste(w.shapes[acc.tensor], layout_of(acc.tensor), ext)
+            spread = line_waste(w.shapes[acc.tensor], layout_of(acc.tensor), ext)
             st = dict(zip(acc.idx, strides(w.shapes[acc.tensor], layout_of(acc.tensor))))
             # a strided innermost walk re-uses each line only if the tile's box stays in the
             # core's private cache until the neighbouring elements are visited
             if st.get(inner, 1) != 1 and box * item > dev.tile_cache_bytes:
-                waste = max(waste, float(min(st[inner], LINE_ELEMS)))
+                spread = max(spread, float(min(st[inner], LINE_ELEMS)))
+            waste = read_waste(spread, dev)
             per_run = box * item * n_tiles * waste
             # tensors that fit in cache are read from DRAM once, however often tiles touch them
             if tensor_bytes <= dev.cache_bytes / 2:
@@ -163,14 +160,14 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
         if mp.op in mats:
             wbytes = math.prod(shp) * item * n_tiles if mp.op != g.anchor else op.out_size * item
             if op.out_size * item > dev.cache_bytes:
-                waste = line_waste(op.out_shape, layout_of(mp.op), shp)
+                spread = line_waste(op.out_shape, layout_of(mp.op), shp)
                 ost = strides(op.out_shape, layout_of(mp.op))
                 inner_par = [i for i in mp.order if i in op.parallel]
                 if inner_par and math.prod(shp) * item > dev.tile_cache_bytes:
                     s_in = ost[op.parallel.index(inner_par[-1])]
                     if s_in != 1:
-                        waste = max(waste, float(min(s_in, LINE_ELEMS)))
-                wbytes *= waste
+                        spread = max(spread, float(min(s_in, LINE_ELEMS)))
+                wbytes *= write_waste(spread, dev)
             moved += wbytes
             unique += op.out_size * item
     # Tile buffers of the fused members live in the core's private cache only while they fit:
@@ -188,7 +185,7 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
     memory_s = moved / dev.bandwidth
     bound = "compute" if compute_s + overhead_s >= memory_s else "memory"
     # spilled buffers stall the arithmetic that uses them: paid on top, not overlapped
-    t = max(compute_s + overhead_s, memory_s) + spill / dev.bandwidth + dev.launch_s
+    t = max(compute_s + overhead_s, memory_s) + spill / dev.bandwidth + loop_launch_s(dev)
     moved += spill
     return GroupCost(ops=tuple(m.op for m in plans), anchor=g.anchor, impl="loop",
                      tiles=tuple(eff_tiles), predicted_s=t, flops=flops,

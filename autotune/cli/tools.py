@@ -107,10 +107,13 @@ def calibrate(device: str = typer.Option("cpu", help="only cpu: GPU specs are da
               gemm_n: int = typer.Option(2048, "--gemm-n", min=16,
                                          help="GEMM size measured (n x n float32)"),
               copy_mb: float = typer.Option(256.0, "--copy-mb", min=0.001,
-                                            help="MB per array in the copy-bandwidth test"),
-              repeats: int = typer.Option(3, min=1, help="best of this many runs")):
-    """Measure this machine's GEMM rate, copy bandwidth and peak FMA rate for the cpu spec."""
+                                            help="MB per array in the bandwidth tests"),
+              repeats: int = typer.Option(3, min=1, help="at least this many runs per probe (the "
+                                                           "best counts)")):
+    """Measure every term of this machine's cpu cost model: GEMM rates by shape class,
+    bandwidth by access pattern, peak FMA rate, transcendental costs, launch overheads."""
     from autotune.backends.cpu.calibrate import calibrate_cpu
+    from autotune.backends.cpu.calibration_terms import report_lines
     if device != "cpu":
         raise CliError(f"--device {device!r}: only cpu is calibrated (GPU specs are datasheet "
                        f"presets)")
@@ -118,20 +121,8 @@ def calibrate(device: str = typer.Option("cpu", help="only cpu: GPU specs are da
         rec, path = calibrate_cpu(gemm_n, copy_mb, repeats)
     except OSError as e:
         raise CliError(f"cannot store the calibration: {e}") from None
-    typer.echo(f"gemm:       {rec['gemm_flops'] / 1e9:.1f} GFLOP/s  (np.matmul float32 "
-               f"{gemm_n}x{gemm_n}, best of {repeats})")
-    typer.echo(f"bandwidth:  {rec['bandwidth'] / 1e9:.2f} GB/s  (np.copyto float32 "
-               f"{rec['copy_bytes'] / 1e6:.0f} MB, read+write, best of {repeats})")
-    if "f32_flops" in rec:
-        typer.echo(f"peak:       {rec['f32_flops'] / 1e9:.1f} GFLOP/s  (float32 FMA chains on "
-                   f"every core, best of {repeats})")
-    else:
-        typer.echo(f"peak:       not measured ({rec.get('f32_flops_error', '?')})")
-    typer.echo(f"loop:       {rec['loop_flops'] / 1e9:.1f} GFLOP/s  (not measured: "
-               f"max(default, 0.15 x gemm))")
-    typer.echo(f"cores:      {rec['parallel_units']}"
-               + (f"   last-level cache: {rec['cache_bytes'] / 2**20:.0f} MiB"
-                  if "cache_bytes" in rec else ""))
+    for line in report_lines(rec):
+        typer.echo(line)
     typer.echo(f"wrote {path}")
 
 

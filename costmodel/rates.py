@@ -1,0 +1,101 @@
+"""The device rates the cost model applies, term by term: a library GEMM's rate by shape class,
+the DRAM cost of an access pattern, a transcendental's weight and a group's launch cost.  Pure.
+
+Each term reads its figures from the :class:`DeviceSpec`; the calibration
+(``autotune/backends/cpu/calibrate.py``) measures them at the shapes and patterns named here, so
+the two stay in step.  docs/costmodel.md gives the evidence.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import fields, is_dataclass
+
+from search_spaces.ir import TRANSCENDENTAL, Call, Expr
+
+from .devices import DeviceSpec
+
+LINE_ELEMS = 16        # floats per 64-byte cache line: worst-case waste of a strided access
+SMALL_GEMM = 64        # GEMM dims below this leave BLAS micro-kernels partly idle
+GEMM_FLOOR = 0.05      # keeps degenerate GEMM shapes finite
+
+# GEMM shape classes: (dim where the class is measured, dim from which it no longer limits).
+# The class's factor holds at and below the first, 1 from the second on, log-linear between.
+SKINNY_K = (128, 1024)       # K, measured at M = 32768, N = 128, K = 128 (a trimul projection)
+SKINNY_MN = (32, 128)        # min(M, N), measured at M = 4096, N = 32, K = 1024
+BATCHED_SMALL = (64, 512)    # cube root of M*N*K when batch > 1, measured at 256 x 64^3
+
+
+def shape_law(m: float, n: float, k: float) -> float:
+    """BLAS reaches its large-shape rate only when the matrix dims fill its register blocks;
+    the K dim hurts less (it only shortens the inner loop)."""
+    return min(1.0, m / SMALL_GEMM) * min(1.0, n / SMALL_GEMM) * min(1.0, k / SMALL_GEMM) ** 0.5
+
+
+def ramp(x: float, lo: float, hi: float, factor: float) -> float:
+    """``factor`` for ``x <= lo``, 1 for ``x >= hi``, geometric interpolation between."""
+    if x <= lo:
+        return factor
+    if x >= hi:
+        return 1.0
+    return factor ** (1.0 - math.log(x / lo) / math.log(hi / lo))
+
+
+def gemm_efficiency(dev: DeviceSpec, b: int, m: int, n: int, k: int) -> float:
+    """Fraction of ``gemm_flops`` a library GEMM of ``b`` (m x k) @ (k x n) matrices reaches:
+    the shape law times the calibrated factor of each shape class the shape falls in."""
+    s = dev.gemm_shapes
+    eff = shape_law(m, n, k) * ramp(k, *SKINNY_K, s.skinny_k) \
+        * ramp(min(m, n), *SKINNY_MN, s.skinny_mn)
+    if b > 1:
+        eff *= ramp((m * n * k) ** (1.0 / 3.0), *BATCHED_SMALL, s.batched_small)
+    return max(eff, GEMM_FLOOR)
+
+
+def gemm_rate(dev: DeviceSpec, b: int, m: int, n: int, k: int) -> float:
+    """flop/s of that library GEMM on ``dev``."""
+    return dev.gemm_flops * gemm_efficiency(dev, b, m, n, k)
+
+
+def pattern_waste(spread: float, ratio: float) -> float:
+    """DRAM bytes per useful byte of an access that uses 1/``spread`` of each line it moves
+    (``spread`` in [1, LINE_ELEMS]), when using one element per line costs ``ratio`` (an
+    :class:`AccessCosts` figure).  Geometric between 1 (whole lines) and ``ratio``: with the
+    line-granularity default ``ratio = 16`` this is ``spread`` itself."""
+    spread = min(max(spread, 1.0), float(LINE_ELEMS))
+    return ratio ** (math.log(spread) / math.log(LINE_ELEMS))
+
+
+def read_waste(spread: float, dev: DeviceSpec) -> float:
+    return pattern_waste(spread, dev.access.strided_read)
+
+
+def write_waste(spread: float, dev: DeviceSpec) -> float:
+    return pattern_waste(spread, dev.access.strided_write)
+
+
+def transcendental_weight(e: Expr, dev: DeviceSpec) -> float:
+    """Flop-equivalents of the transcendental calls in one evaluation of ``e``, each weighted
+    by its own cost on ``dev`` (:class:`FunctionCosts`, else ``transcendental_flops``).  Walks
+    every sub-expression whatever its node type, so it counts the calls ``ir.count_flops``
+    counts."""
+    own = 0.0
+    if isinstance(e, Call) and e.fn in TRANSCENDENTAL:
+        own = dev.functions.weight(e.fn, dev.transcendental_flops)
+    for f in fields(e):
+        v = getattr(e, f.name)
+        for child in (v if isinstance(v, tuple) else (v,)):
+            if is_dataclass(child):
+                own += transcendental_weight(child, dev)
+    return own
+
+
+def loop_launch_s(dev: DeviceSpec) -> float:
+    """Fixed cost of a generated loop group: the call (kernel launch, or the call from Python
+    into the compiled group) plus, on the CPU, its parallel region's start and the wake-up of
+    each thread beyond the first."""
+    return dev.launch_s + dev.region_s + dev.thread_start_s * max(dev.parallel_units - 1, 0)
+
+
+def library_launch_s(dev: DeviceSpec) -> float:
+    """Fixed cost of a library GEMM call: the call plus its host-side set-up."""
+    return dev.launch_s + dev.library_call_s

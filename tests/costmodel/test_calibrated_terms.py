@@ -1,0 +1,188 @@
+"""The cost model applies each calibrated term (costmodel/rates.py): GEMM rates by shape class,
+bandwidth by access pattern, per-function transcendental costs, region and call overheads; and
+with the neutral defaults it is the line-granularity model the GPU presets keep."""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import pytest
+
+import costmodel
+from costmodel.devices import CPU_DEFAULT, AccessCosts, DeviceSpec, FunctionCosts, GemmShapes
+from costmodel.rates import (BATCHED_SMALL, SKINNY_K, SKINNY_MN, gemm_efficiency, gemm_rate,
+                             pattern_waste, shape_law, transcendental_weight)
+from search_spaces import load_workload, parse_workload
+from search_spaces.loader import builtin_names
+from search_spaces.candidate import IMPL_LIBRARY, GroupSchedule, make_candidate
+from search_spaces.plans import named_plan
+from search_spaces.space import SearchSpace
+
+# the cpu spec with every calibrated section at its neutral value
+NEUTRAL = replace(CPU_DEFAULT, gemm_shapes=GemmShapes(), access=AccessCosts(),
+                  functions=FunctionCosts(), region_s=0.0, thread_start_s=0.0, library_call_s=0.0)
+
+
+def workload(program: str, dims: dict[str, int], inputs: dict[str, list[str]], outputs: list[str]):
+    text = (f'name = "small"\noutputs = {json.dumps(outputs)}\nprogram = """\n{program}"""\n'
+            "[dims]\n" + "".join(f"{k} = {v}\n" for k, v in dims.items())
+            + "[inputs]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in inputs.items()))
+    return parse_workload(text, "small.toml")
+
+
+def total(w, cand, spec: DeviceSpec) -> float:
+    return costmodel.estimate(w, cand, spec).total_s
+
+
+# ---- neutral defaults ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spread", [1, 2, 3.5, 4, 8, 16])
+def test_the_line_granularity_ratio_gives_the_spread_itself(spread):
+    assert pattern_waste(spread, 16.0) == pytest.approx(spread)
+    assert pattern_waste(1, 40.0) == 1.0 and pattern_waste(16, 40.0) == pytest.approx(40.0)
+    assert 1.0 < pattern_waste(4, 40.0) < 40.0
+
+
+def test_gpu_presets_keep_the_neutral_sections():
+    for name in ("a100", "h100", "h200"):
+        dev = costmodel.preset(name)
+        assert (dev.gemm_shapes, dev.access, dev.functions) == \
+            (GemmShapes(), AccessCosts(), FunctionCosts())
+        assert dev.region_s == dev.thread_start_s == dev.library_call_s == 0.0
+
+
+def test_device_spec_round_trips_through_a_dict():
+    assert DeviceSpec.from_dict(json.loads(json.dumps(CPU_DEFAULT.to_dict()))) == CPU_DEFAULT
+
+
+# ---- GEMM rate by shape class ----------------------------------------------------------------
+
+def test_each_class_factor_holds_at_its_measuring_shape_and_fades_out():
+    spec = replace(NEUTRAL, gemm_shapes=GemmShapes(skinny_k=0.5, skinny_mn=0.25,
+                                                   batched_small=0.4))
+    big = 4096
+    # at and below the measuring dim, the factor; from the end dim on, nothing
+    assert gemm_efficiency(spec, 1, big, big, SKINNY_K[0]) == pytest.approx(0.5)
+    assert gemm_efficiency(spec, 1, big, big, SKINNY_K[1]) == pytest.approx(1.0)
+    mid = gemm_efficiency(spec, 1, big, big, 256)
+    assert 0.5 < mid < 1.0 and mid == pytest.approx(0.5 ** (1 - 1 / 3))   # log-linear
+    assert gemm_efficiency(spec, 1, SKINNY_MN[0], big, big) == \
+        pytest.approx(0.25 * shape_law(SKINNY_MN[0], big, big))
+    assert gemm_efficiency(spec, 1, big, SKINNY_MN[1], big) == pytest.approx(1.0)
+    # batched only when there is a batch
+    s = BATCHED_SMALL[0]
+    one = gemm_efficiency(spec, 1, s, s, s)
+    assert gemm_efficiency(spec, 8, s, s, s) == pytest.approx(0.4 * one)
+    assert gemm_efficiency(spec, 8, 1024, 1024, 1024) == pytest.approx(1.0)
+    # the rate never jumps as a dim crosses a class boundary
+    for k in (SKINNY_K[0], SKINNY_K[1]):
+        lo, hi = gemm_rate(spec, 1, big, big, k - 1), gemm_rate(spec, 1, big, big, k + 1)
+        assert hi == pytest.approx(lo, rel=0.01)
+
+
+def test_a_slower_skinny_k_class_slows_the_trimul_projections_only():
+    w = load_workload("trimul_outgoing", {"N": 96, "C": 128})
+    cand = named_plan(SearchSpace(w), "heuristic")
+    fast = costmodel.estimate(w, cand, NEUTRAL)
+    slow = costmodel.estimate(w, cand, replace(NEUTRAL, gemm_shapes=GemmShapes(skinny_k=0.25)))
+    changed = {g.anchor for g, h in zip(fast.groups, slow.groups) if h.predicted_s > g.predicted_s}
+    # the projections (K = C = 128) are in the class; the triangle einsum (K = N) is not
+    assert {"pa", "ga", "pb", "gb"} <= changed
+    for g, h in zip(fast.groups, slow.groups):
+        if g.impl != IMPL_LIBRARY or w.op(g.anchor).extent(w.op(g.anchor).reduction[0]) > 128:
+            assert h.predicted_s == g.predicted_s
+
+
+# ---- bandwidth by access pattern -------------------------------------------------------------
+
+TRANSPOSE = "y[j,i] = x[i,j] * 2.0\n"
+
+
+def transposing_group(tiles):
+    w = workload(TRANSPOSE, {"I": 4096, "J": 4096}, {"x": ["I", "J"]}, ["y"])
+    return w, make_candidate([], {}, [GroupSchedule("y", tiles)], "t")
+
+
+def test_a_cheaper_strided_write_predicts_a_transposing_group_faster():
+    w, cand = transposing_group((4096, 1))       # tiles along j: the write walks i, strided
+    slow = total(w, cand, NEUTRAL)
+    fast = total(w, cand, replace(NEUTRAL, access=AccessCosts(strided_write=8.0)))
+    assert fast < slow
+    assert total(w, cand, replace(NEUTRAL, access=AccessCosts(strided_read=8.0))) == slow
+    # a write of 64 MB in whole lines at 16x, or at 8x: the difference is 8 x 64 MB
+    assert slow - fast == pytest.approx(8 * 4096 * 4096 * 4 / NEUTRAL.bandwidth, rel=1e-6)
+
+
+def test_a_cheaper_strided_read_predicts_a_strided_reading_group_faster():
+    w, cand = transposing_group((1, 4096))       # tiles along i: the read walks j, strided
+    slow = total(w, cand, NEUTRAL)
+    assert total(w, cand, replace(NEUTRAL, access=AccessCosts(strided_read=8.0))) < slow
+    assert total(w, cand, replace(NEUTRAL, access=AccessCosts(strided_write=8.0))) == slow
+
+
+def test_a_blocked_transpose_pays_no_pattern_cost():
+    w, cand = transposing_group((64, 64))        # each tile's box stays in the private cache
+    base = total(w, cand, NEUTRAL)
+    assert total(w, cand, replace(NEUTRAL, access=AccessCosts(1.0, 1.0, 1.0))) == base
+
+
+def test_doubled_transpose_bandwidth_predicts_a_copying_gemm_faster():
+    # a[k,i,l]: the K group (k, l) is not nested in storage, so NumPy copies a before BLAS
+    dims = {"I": 512, "J": 512, "K": 64, "L": 64}
+    w = workload("c[i,j] += a[k,i,l] * b[k,l,j]\n", dims,
+                 {"a": ["K", "I", "L"], "b": ["K", "L", "J"]}, ["c"])
+    cand = named_plan(SearchSpace(w), "unfused")
+    assert cand.schedules[0].impl == IMPL_LIBRARY
+    slow = total(w, cand, NEUTRAL)
+    fast = total(w, cand, replace(NEUTRAL, access=AccessCosts(transpose_copy=8.0)))
+    a_bytes = 64 * 512 * 64 * 4
+    assert slow - fast == pytest.approx(2 * a_bytes * 8 / NEUTRAL.bandwidth, rel=1e-6)
+
+
+# ---- transcendentals, regions, calls ---------------------------------------------------------
+
+def test_each_function_has_its_own_cost():
+    w = workload("q[i,j] = exp(x[i,j]) + sqrt(x[i,j])\n", {"I": 64, "J": 64}, {"x": ["I", "J"]},
+                 ["q"])
+    cand = named_plan(SearchSpace(w), "unfused")
+    base = total(w, cand, NEUTRAL)
+    dearer_exp = replace(NEUTRAL, functions=FunctionCosts(exp=NEUTRAL.transcendental_flops * 3))
+    assert total(w, cand, dearer_exp) > base
+    # only the functions present count: a dearer tanh changes nothing
+    assert total(w, cand, replace(NEUTRAL, functions=FunctionCosts(tanh=1e4))) == base
+    gc = costmodel.estimate(w, cand, dearer_exp).groups[0]
+    assert gc.transcendentals == 2 * 64 * 64          # the count stays a count
+
+
+@pytest.mark.parametrize("name", builtin_names())
+def test_equal_function_weights_count_what_count_flops_counts(name):
+    w = load_workload(name)         # parsing only: the default dims cost nothing here
+    same = replace(NEUTRAL, functions=FunctionCosts(*[7.0] * 6))
+    for op in w.ops:
+        assert transcendental_weight(op.expr, same) == 7.0 * op.flops_per_iteration()[1]
+        assert transcendental_weight(op.expr, NEUTRAL) == \
+            NEUTRAL.transcendental_flops * op.flops_per_iteration()[1]
+
+
+def test_region_and_thread_start_are_charged_per_loop_group_and_library_calls_apart():
+    w = load_workload("gated_mlp", {"T": 16, "C": 8, "F": 16})
+    cand = named_plan(SearchSpace(w), "unfused")
+    est = costmodel.estimate(w, cand, NEUTRAL)
+    loops = sum(g.impl != IMPL_LIBRARY for g in est.groups)
+    libs = len(est.groups) - loops
+    assert loops and libs
+    dev = replace(NEUTRAL, region_s=1e-3, thread_start_s=2e-3, library_call_s=5e-3)
+    extra = dev.region_s + dev.thread_start_s * (dev.parallel_units - 1)
+    assert total(w, cand, dev) - est.total_s == pytest.approx(loops * extra + libs * 5e-3)
+
+
+def test_the_cpu_default_is_calibrated_past_the_neutral_values():
+    # the shipped cpu defaults come from `autotune calibrate` on the development machine
+    assert CPU_DEFAULT.access != AccessCosts() and CPU_DEFAULT.gemm_shapes != GemmShapes()
+    assert all(getattr(CPU_DEFAULT.functions, f) is not None for f in
+               ("exp", "log", "sqrt", "rsqrt", "sigmoid", "tanh"))
+    assert CPU_DEFAULT.region_s > 0 and CPU_DEFAULT.thread_start_s > 0
+    assert all(math.isfinite(v) and v > 0 for v in (
+        CPU_DEFAULT.access.strided_read, CPU_DEFAULT.access.strided_write,
+        CPU_DEFAULT.access.transpose_copy))
