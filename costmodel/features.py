@@ -46,7 +46,12 @@ def features(w, est: CostEstimate, dev: DeviceSpec) -> tuple[float, ...]:
     copies = sum(max(g.bytes - g.unique_bytes, 0.0) for g in lib) / dev.bandwidth
     loop_s = sum(g.predicted_s for g in loops)
     tiles = occ = rate = elems = reducing = 0.0
+    known = {op.out for op in w.ops}
     for g in loops:
+        if g.anchor not in known:
+            # an intermediate of a contraction order the caller's workload does not have (pass
+            # search_spaces.rewrite.rewritten(w, cand) for the exact figure): no tile counts
+            continue
         shape = w.op(g.anchor).out_shape
         n = math.prod(math.ceil(e / max(t, 1)) for e, t in zip(shape, g.tiles))
         tiles += n
@@ -54,7 +59,7 @@ def features(w, est: CostEstimate, dev: DeviceSpec) -> tuple[float, ...]:
         waves = math.ceil(n / dev.parallel_units)
         occ += share * n / (waves * dev.parallel_units)
         elems += share * math.log(max(math.prod(g.tiles), 1))
-        if any(w.op(o).reduction for o in g.ops):
+        if any(o in known and w.op(o).reduction for o in g.ops):
             reducing += g.predicted_s / total
         if g.bound == "compute" and g.predicted_s > 0:
             work = g.flops + g.transcendentals * dev.transcendental_flops

@@ -19,6 +19,7 @@ from costmodel.devices import DeviceSpec
 from costmodel.estimate import CostEstimate
 from costmodel.features import features
 from db.records import Status, StoredTrial
+from search_spaces.rewrite import rewritten
 from search_spaces.candidate import Candidate
 from search_spaces.loader import builtin_names, load_workload
 from search_spaces.workload import Workload
@@ -71,7 +72,7 @@ class Learner:
         """(analytic breakdown, corrected seconds) of ``cand``; kept for :meth:`observe`."""
         if cand.key not in self._cache:
             est = estimate(self.w, cand, self.dev)
-            self._cache[cand.key] = (est, features(self.w, est, self.dev))
+            self._cache[cand.key] = (est, features(rewritten(self.w, cand), est, self.dev))
         est, x = self._cache[cand.key]
         return est, predict(self.correction, x, est.total_s)
 
@@ -129,7 +130,8 @@ class Learner:
             except Exception:      # a candidate this space version cannot price
                 continue
             self._seen_ids.add(t.id)
-            self._add(whash, cand.key, features(w, est, self.dev), est.total_s, t.measured_s)
+            self._add(whash, cand.key, features(rewritten(w, cand), est, self.dev), est.total_s,
+                      t.measured_s)
             used += 1
         self.refit()
         return used
