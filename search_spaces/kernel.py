@@ -1,0 +1,149 @@
+"""Parameters of the generated contraction kernel (the ``kernel`` impl) and their legal ranges.
+
+The kernel follows the BLIS/Goto design: C is computed in NC-wide column blocks, K in KC-deep
+slices, rows in MC-tall blocks; inside a block an MR x NR micro-kernel keeps its tile of C in
+vector registers.  Which values are legal depends on the machine (vector width, register count,
+cache sizes): :class:`KernelBounds` holds those facts as plain data (the CPU backend reads them
+from the machine), :func:`kernel_options` turns them into the choices the search space offers.
+Pure: no I/O here.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+SPLIT_M = "m"          # threads share one packed B block and split the rows (MC blocks) of C
+SPLIT_BATCH = "batch"  # one batch item per thread, all blocks single-threaded
+SPLITS = (SPLIT_M, SPLIT_BATCH)
+
+
+@dataclass(frozen=True)
+class KernelParams:
+    """One configuration of the generated kernel.
+
+    ``mr`` x ``nr``: the register tile (``nr`` a multiple of the vector's lanes); ``mc``, ``kc``,
+    ``nc``: the cache blocks (``mc`` a multiple of ``mr``, ``nc`` of ``nr``); ``pack_a`` /
+    ``pack_b``: copy that operand into micro-panels (off: the micro-kernel reads it in place,
+    where its layout allows; the executor packs anyway where it does not); ``split``: how
+    threads share the work (:data:`SPLITS`); ``vec_bytes``: the vector width the code uses.
+    """
+    mr: int
+    nr: int
+    mc: int
+    kc: int
+    nc: int
+    pack_a: bool = True
+    pack_b: bool = True
+    split: str = SPLIT_M
+    vec_bytes: int = 32
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict) -> "KernelParams":
+        return KernelParams(int(d["mr"]), int(d["nr"]), int(d["mc"]), int(d["kc"]), int(d["nc"]),
+                            bool(d.get("pack_a", True)), bool(d.get("pack_b", True)),
+                            str(d.get("split", SPLIT_M)), int(d.get("vec_bytes", 32)))
+
+    def lanes(self, itemsize: int) -> int:
+        return self.vec_bytes // itemsize
+
+
+@dataclass(frozen=True)
+class KernelBounds:
+    """What the machine allows the kernel: vector widths it executes natively (bytes, widest
+    first), vector registers per core, cache sizes per core (L1 data, L2) and the shared L3,
+    and the cores the kernel's threads run on."""
+    vec_bytes: tuple[int, ...] = (32, 16)
+    registers: int = 16
+    l1_bytes: int = 32 * 1024
+    l2_bytes: int = 512 * 1024
+    l3_bytes: int = 8 * 1024 * 1024
+    cores: int = 1
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class KernelOptions:
+    """The choices the space offers for one contraction: register tiles (mr, nr), block sizes,
+    threading splits and vector widths; ``default`` is a sound configuration among them."""
+    tiles: tuple[tuple[int, int], ...]
+    mc: tuple[int, ...]
+    kc: tuple[int, ...]
+    nc: tuple[int, ...]
+    splits: tuple[str, ...]
+    vec_bytes: tuple[int, ...]
+    default: KernelParams
+
+
+def micro_tiles(bounds: KernelBounds, vec_bytes: int, itemsize: int) -> tuple[tuple[int, int], ...]:
+    """Register tiles (mr, nr) that fit the register file: mr * nv accumulators, nv vectors of
+    B and one broadcast of A (nv = nr / lanes), with at least 8 independent accumulators so the
+    FMA latency is covered.  Largest first."""
+    lanes = vec_bytes // itemsize
+    out = []
+    for nv in (1, 2, 3, 4):
+        for mr in (4, 6, 8, 12, 14, 16, 24, 28):
+            if mr * nv + nv + 1 <= bounds.registers and mr * nv >= 8:
+                out.append((mr, nv * lanes))
+    return tuple(sorted(out, key=lambda t: (-t[0] * t[1], t)))
+
+
+def default_params(bounds: KernelBounds, itemsize: int) -> KernelParams:
+    """The configuration used before any search: widest vectors, a register tile of 2 vectors'
+    width and as many rows as fit, KC so that a B micro-panel stays in L1, MC so that a packed
+    A block stays in L2."""
+    vb = bounds.vec_bytes[0]
+    lanes = vb // itemsize
+    tiles = micro_tiles(bounds, vb, itemsize)
+    two = [t for t in tiles if t[1] == 2 * lanes] or list(tiles)
+    mr, nr = max(two, key=lambda t: t[0])
+    kc = _kc_options(bounds, nr, itemsize)[-1]
+    kc = min(kc, 256 if itemsize == 4 else 128) if kc > 256 else kc
+    mcs = _mc_options(bounds, mr, kc, itemsize)
+    mc = mcs[len(mcs) // 2]
+    return KernelParams(mr, nr, mc, kc, _nc_options(bounds, nr, kc, itemsize)[-1],
+                        vec_bytes=vb)
+
+
+def _kc_options(bounds: KernelBounds, nr: int, itemsize: int) -> tuple[int, ...]:
+    # a B micro-panel (kc x nr) plus an A micro-panel stay in L1 while the micro-kernel runs
+    opts = [k for k in (64, 128, 192, 256, 384, 512, 768) if k * nr * itemsize <= bounds.l1_bytes]
+    return tuple(opts or [64])
+
+
+def _mc_options(bounds: KernelBounds, mr: int, kc: int, itemsize: int) -> tuple[int, ...]:
+    # a packed A block (mc x kc) stays in L2 (half of it: B micro-panels and C pass through too)
+    top = max(mr, (bounds.l2_bytes // 2) // (kc * itemsize) // mr * mr)
+    opts = sorted({min(top, max(mr, m // mr * mr)) for m in (48, 96, 144, 192, 288, 384, 576)})
+    return tuple(opts)
+
+
+def _nc_options(bounds: KernelBounds, nr: int, kc: int, itemsize: int) -> tuple[int, ...]:
+    # a packed B block (kc x nc) stays in L3 (its share per core at most: half of it)
+    top = max(nr, (bounds.l3_bytes // 2) // (kc * itemsize) // nr * nr)
+    return tuple(sorted({min(top, max(nr, n // nr * nr)) for n in (512, 1024, 2048, 4096, 8192)}))
+
+
+def kernel_options(bounds: KernelBounds, itemsize: int, batch: int) -> KernelOptions:
+    """The legal choices for a contraction with ``batch`` independent items.  Block sizes are
+    listed for the default register tile and kc; :func:`legalize` fits any combination."""
+    d = default_params(bounds, itemsize)
+    tiles = tuple(t for vb in bounds.vec_bytes[:1] for t in micro_tiles(bounds, vb, itemsize))
+    splits = (SPLIT_M, SPLIT_BATCH) if batch >= max(2, bounds.cores) else (SPLIT_M,)
+    return KernelOptions(tiles, _mc_options(bounds, d.mr, d.kc, itemsize),
+                         _kc_options(bounds, d.nr, itemsize),
+                         _nc_options(bounds, d.nr, d.kc, itemsize), splits, bounds.vec_bytes, d)
+
+
+def legalize(p: KernelParams, itemsize: int) -> KernelParams:
+    """``p`` with its blocks rounded to its register tile (mc a multiple of mr, nc of nr) and nr
+    a multiple of the vector's lanes: any combination of answers yields a kernel that runs."""
+    lanes = max(1, p.vec_bytes // itemsize)
+    nr = max(lanes, p.nr // lanes * lanes)
+    mr = max(1, p.mr)
+    return KernelParams(mr, nr, max(mr, p.mc // mr * mr), max(1, p.kc),
+                        max(nr, p.nc // nr * nr), p.pack_a, p.pack_b,
+                        p.split if p.split in SPLITS else SPLIT_M, p.vec_bytes)

@@ -1,0 +1,177 @@
+"""The generated contraction kernel against NumPy's float64 matmul: edge shapes (M, N, K not
+multiples of the tiles, K = 1 and 0, batches), strided and transposed operands, both dtypes,
+every packing and threading choice, both store orientations, and the fusion hooks."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from search_spaces.kernel import (SPLIT_BATCH, KernelBounds, KernelParams, default_params,
+                                  kernel_options, legalize, micro_tiles)
+from autotune.backends.cpu.gemm_call import load_kernel, machine_bounds, store_for
+from autotune.backends.cpu.gemm_kernel import (STORE_COLS, STORE_ROWS, KernelSpec, Transform,
+                                               kernel_source)
+
+
+@pytest.fixture(scope="module")
+def kdir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("gemm-kernels"))
+
+
+def _small(dtype: str, **kw) -> KernelParams:
+    """Blocks far smaller than any shape below, so every loop runs several blocks and edges."""
+    item = np.dtype(dtype).itemsize
+    vb = machine_bounds().vec_bytes[0]
+    lanes = vb // item
+    base = KernelParams(mr=6, nr=2 * lanes, mc=12, kc=16, nc=4 * lanes, vec_bytes=vb)
+    return replace(base, **kw)
+
+
+def _operands(rng, dtype, nb, m, n, k, layout):
+    """a (nb, m, k) and b (nb, k, n) in the given layout: row-major, column-major (transposed
+    storage) or strided (every other element of a larger array)."""
+    def make(shape):
+        if layout == "cols":
+            return np.ascontiguousarray(
+                rng.standard_normal(shape[:1] + shape[:0:-1]).astype(dtype)).transpose(0, 2, 1)
+        if layout == "strided":
+            big = rng.standard_normal((shape[0], 2 * shape[1], 3 * shape[2])).astype(dtype)
+            return big[:, ::2, ::3]
+        return rng.standard_normal(shape).astype(dtype)
+    return make((nb, m, k)), make((nb, k, n))
+
+
+def _check(got, a, b, alpha=1.0, post=lambda x: x):
+    want = post(alpha * np.matmul(a.astype(np.float64), b.astype(np.float64)))
+    k = max(a.shape[2], 1)
+    tol = (3e-6 if got.dtype == np.float32 else 1e-13) * np.sqrt(k) * 4
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * max(1.0, np.abs(want).max()))
+
+
+SHAPES = [(1, 37, 53, 29), (1, 1, 1, 1), (1, 50, 70, 1), (3, 25, 41, 70), (2, 7, 100, 33),
+          (1, 64, 64, 64), (1, 13, 5, 0)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("layout", ["rows", "cols", "strided"])
+def test_kernel_matches_float64_matmul(kdir, dtype, layout):
+    kern = load_kernel(KernelSpec(_small(dtype), dtype), kdir)
+    rng = np.random.default_rng(1)
+    for nb, m, n, k in SHAPES:
+        a, b = _operands(rng, dtype, nb, m, n, k, layout)
+        c = np.full((nb, m, n), np.nan, dtype=dtype)      # beta = 0: nothing is read from C
+        kern(a, b, c, 0.5)
+        _check(c, a, b, 0.5)
+
+
+@pytest.mark.parametrize("change", [dict(pack_a=False), dict(pack_b=False),
+                                    dict(pack_a=False, pack_b=False), dict(split=SPLIT_BATCH),
+                                    dict(mr=4, nr=None, kc=7, mc=9, nc=None)])
+def test_every_packing_and_split_is_correct(kdir, change):
+    dtype = "float32"
+    p = _small(dtype)
+    change = {k: (v if v is not None else getattr(p, k) * 3 // 2) for k, v in change.items()}
+    p = legalize(replace(p, **change), 4)
+    kern = load_kernel(KernelSpec(p, dtype), kdir)
+    rng = np.random.default_rng(2)
+    for layout in ("rows", "cols", "strided"):
+        for nb, m, n, k in SHAPES + [(5, 19, 45, 40)]:
+            a, b = _operands(rng, dtype, nb, m, n, k, layout)
+            c = np.full((nb, m, n), np.nan, dtype=dtype)
+            kern(a, b, c)
+            _check(c, a, b)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_column_major_output_stores_along_m(kdir, dtype):
+    rng = np.random.default_rng(3)
+    c = np.full((2, 61, 43), np.nan, dtype=dtype).transpose(0, 2, 1)   # (2, 43, 61), m unit
+    assert store_for(c) == STORE_COLS
+    assert store_for(np.empty((2, 43, 61), dtype=dtype)) == STORE_ROWS
+    kern = load_kernel(KernelSpec(_small(dtype), dtype, store=STORE_COLS), kdir)
+    for layout in ("rows", "cols"):
+        a, b = _operands(rng, dtype, 2, 43, 61, 35, layout)
+        kern(a, b, c)
+        _check(c, a, b)
+    # a row-major output through the cols kernel, and the other way round: slow, still right
+    a, b = _operands(rng, dtype, 1, 30, 20, 10, "rows")
+    rows = np.empty((1, 30, 20), dtype=dtype)
+    kern(a, b, rows)
+    _check(rows, a, b)
+
+
+def test_broadcast_batch_of_b(kdir):
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((3, 20, 30)).astype(np.float32)
+    b = rng.standard_normal((1, 30, 40)).astype(np.float32)
+    c = np.empty((3, 20, 40), dtype=np.float32)
+    load_kernel(KernelSpec(_small("float32")), kdir)(a, b, c)
+    _check(c, a, np.broadcast_to(b, (3, 30, 40)))
+
+
+@pytest.mark.parametrize("store", [STORE_ROWS, STORE_COLS])
+def test_prologue_and_epilogue_hooks(kdir, store):
+    """A per-row scale applied to A as it is packed, a per-column bias added on the
+    accumulator tile: the hooks fusion will use, in both store orientations."""
+    spec = KernelSpec(_small("float32", pack_a=False), "float32", store=store,
+                      prologue_a=Transform("{x} * x->scale[{m}]", ("scale",)),
+                      epilogue=Transform("({x} + x->bias[{n}]) * 2", ("bias",)))
+    assert spec.args == ("scale", "bias")
+    kern = load_kernel(spec, kdir)
+    rng = np.random.default_rng(5)
+    m, n, k = 45, 39, 50                   # k > kc: the epilogue runs after the last K slice
+    a, b = _operands(rng, "float32", 1, m, n, k, "rows")
+    scale = rng.standard_normal(m).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    c = np.empty((1, n, m), dtype=np.float32).transpose(0, 2, 1) if store == STORE_COLS \
+        else np.empty((1, m, n), dtype=np.float32)
+    kern(a, b, c, 1.0, (scale, bias))
+    _check(c, a * scale[None, :, None], b, post=lambda x: (x + bias) * 2)
+
+
+def test_bad_arguments_are_refused(kdir):
+    kern = load_kernel(KernelSpec(_small("float32")), kdir)
+    a = np.zeros((1, 4, 5), np.float32)
+    with pytest.raises(ValueError):
+        kern(a, np.zeros((1, 6, 3), np.float32), np.zeros((1, 4, 3), np.float32))
+    with pytest.raises(ValueError):
+        kern(a.astype(np.float64), np.zeros((1, 5, 3)), np.zeros((1, 4, 3)))
+    with pytest.raises(ValueError):
+        kern(a, np.zeros((1, 5, 3), np.float32), np.zeros((1, 4, 3), np.float32), 1.0,
+             (np.zeros(3, np.float32),))
+
+
+def test_machine_bounds_and_legal_ranges():
+    mb = machine_bounds()
+    assert mb.vec_bytes and all(v in (16, 32, 64) for v in mb.vec_bytes)
+    assert mb.l1_bytes < mb.l2_bytes <= mb.l3_bytes and mb.cores >= 1
+    for bounds in (mb, KernelBounds(), KernelBounds((64, 32, 16), 32)):
+        for item in (4, 8):
+            for vb in bounds.vec_bytes:
+                tiles = micro_tiles(bounds, vb, item)
+                assert tiles
+                for mr, nr in tiles:       # accumulators + B vectors + broadcast fit
+                    nv = nr // (vb // item)
+                    assert nr % (vb // item) == 0 and mr * nv + nv + 1 <= bounds.registers
+            opts = kernel_options(bounds, item, batch=1)
+            d = opts.default
+            assert (d.mr, d.nr) in opts.tiles and d.split == "m"
+            assert d.kc * d.nr * item <= bounds.l1_bytes and d.mc % d.mr == 0
+            assert d.mc * d.kc * item <= bounds.l2_bytes and d.nc % d.nr == 0
+            assert SPLIT_BATCH in kernel_options(bounds, item, batch=64).splits
+    odd = legalize(KernelParams(mr=5, nr=20, mc=7, kc=3, nc=50, split="?", vec_bytes=32), 4)
+    assert (odd.nr, odd.mc, odd.nc, odd.split) == (16, 5, 48, "m")
+
+
+def test_source_uses_the_requested_vectors():
+    p = default_params(KernelBounds((64, 32), 32), 4)
+    src = kernel_source(KernelSpec(p))
+    assert "vector_size(64)" in src and src.count("ukr_u(") == 0
+    src = kernel_source(KernelSpec(replace(p, pack_a=False)))
+    assert "static inline void ukr_u(" in src
+    # a prologue on A forces its packing: no in-place micro-kernel
+    src = kernel_source(KernelSpec(replace(p, pack_a=False),
+                                   prologue_a=Transform("{x} * 2")))
+    assert "static inline void ukr_u(" not in src
