@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from search_spaces.kernel import SPLIT_BATCH, KernelParams
+from search_spaces.kernel import OUTER_A, SPLIT_BATCH, KernelParams
 
 from autotune.backends.loops import SCALAR_TYPES
 
@@ -95,6 +95,7 @@ def _micro_kernel(s: KernelSpec, name: str, packed_a: bool) -> str:
              "    long m, long n, int first, int last, T alpha, long row0, long col0,"
              " const X *x) {",
              "  (void)a_rs; (void)a_cs; (void)x; (void)row0; (void)col0;",
+             *_prefetch_c(s),
              "  " + " ".join(f"V {v} = {{0}};" for row in acc for v in row),
              "  for (long p = 0; p < kc; p++) {",
              "    " + " ".join(f"V b{j} = *(const VU *)(b + {j * lanes});" for j in range(nv))]
@@ -124,6 +125,17 @@ def _micro_kernel(s: KernelSpec, name: str, packed_a: bool) -> str:
               "        ci[j * c_cs] = v;",
               "      }", "    }", "  }", "}"]
     return "\n".join(lines)
+
+
+def _prefetch_c(s: KernelSpec) -> list[str]:
+    """Ask for the tile's lines of C (for writing) before the K loop, so that fetching them
+    from DRAM overlaps the arithmetic instead of stalling the stores at the end: with a short K
+    (the K=128 projections) C is most of the memory traffic."""
+    item = 4 if s.dtype == "float32" else 8
+    offs = list(range(0, s.params.nr, 64 // item)) + [s.params.nr - 1]
+    body = " ".join(f"__builtin_prefetch(c + {i} * c_rs + {o}, 1, 3);"
+                    for i in range(s.params.mr) for o in offs)
+    return [f"  if (c_cs == 1 && m == MR) {{ {body} }}"]
 
 
 def _roles(s: KernelSpec, i: str, j: str, row0: str, col0: str) -> dict[str, str]:
@@ -183,24 +195,29 @@ static void pack_b(long kc, long n, const T *restrict src, long s_k, long s_c, T
 
 
 def _macro(s: KernelSpec) -> str:
-    """One MC x NC block of C over one K slice: every micro-tile, B's micro-panels outermost.
+    """One MC x NC block of C over one K slice: every micro-tile, the micro-panels of the
+    operand that ``outer`` names in the outer loop (B: BLIS's order, each B micro-panel stays
+    in L1 while the A block streams from L2; A: each A micro-panel stays while the B block
+    streams, and C is written row panel by row panel).
     An operand left unpacked is read in place (B needs a unit column stride for that); its
-    partial edge panel is packed into a small scratch panel (``ea`` / ``eb``) instead."""
+    partial edge panel is packed once into a small scratch panel (``ea`` / ``eb``) instead."""
     unpacked_a = "ukr_u(kc, Ab + ir * a_rs, a_rs, a_cs," if _may_skip_a(s) else "ukr_p(kc, ea, 1, MR,"
+    jloop = """for (long jr = 0; jr < nc; jr += NR) {
+    long n = nc - jr < NR ? nc - jr : NR;
+    const T *bp = pb ? Bb + jr * kc : n == NR ? Bb + jr : eb;
+    long brs = pb || n < NR ? NR : b_rk;"""
+    iloop = """for (long ir = 0; ir < mc; ir += MR) {
+    long m = mc - ir < MR ? mc - ir : MR;"""
+    outer, inner = (iloop, jloop) if s.params.outer == OUTER_A else (jloop, iloop)
     return f"""
 static void macro(long mc, long nc, long kc, const T *Ab, long a_rs, long a_cs, int pa,
                   const T *Bb, long b_rk, int pb, T *C, long c_rs, long c_cs, int first, int last,
                   T alpha, long row0, long col0, long k0, T *ea, T *eb, const X *x) {{
-  long mfull = pa ? mc : mc / MR * MR;
+  long mfull = pa ? mc : mc / MR * MR, nfull = nc / NR * NR;
   if (mfull < mc) pack_a(mc - mfull, kc, Ab + mfull * a_rs, a_rs, a_cs, ea, row0 + mfull, k0, x);
-  for (long jr = 0; jr < nc; jr += NR) {{
-    long n = nc - jr < NR ? nc - jr : NR;
-    const T *bp = Bb + jr * kc;
-    long brs = NR;
-    if (!pb && n == NR) {{ bp = Bb + jr; brs = b_rk; }}
-    else if (!pb) {{ pack_b(kc, n, Bb + jr, b_rk, 1, eb, k0, col0 + jr, x); bp = eb; }}
-    for (long ir = 0; ir < mc; ir += MR) {{
-      long m = mc - ir < MR ? mc - ir : MR;
+  if (!pb && nfull < nc) pack_b(kc, nc - nfull, Bb + nfull, b_rk, 1, eb, k0, col0 + nfull, x);
+  {outer}
+  {inner}
       T *c = C + ir * c_rs + jr * c_cs;
       if (pa) ukr_p(kc, Ab + ir * kc, 1, MR, bp, brs, c, c_rs, c_cs, m, n, first, last, alpha,
                     row0 + ir, col0 + jr, x);

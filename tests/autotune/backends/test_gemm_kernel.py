@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from search_spaces.kernel import (SPLIT_BATCH, KernelBounds, KernelParams, default_params,
+from search_spaces.kernel import (OUTER_A, SPLIT_BATCH, KernelBounds, KernelParams, default_params,
                                   kernel_options, legalize, micro_tiles)
 from autotune.backends.cpu.gemm_call import load_kernel, machine_bounds, store_for
 from autotune.backends.cpu.gemm_kernel import (STORE_COLS, STORE_ROWS, KernelSpec, Transform,
@@ -68,6 +68,7 @@ def test_kernel_matches_float64_matmul(kdir, dtype, layout):
 
 @pytest.mark.parametrize("change", [dict(pack_a=False), dict(pack_b=False),
                                     dict(pack_a=False, pack_b=False), dict(split=SPLIT_BATCH),
+                                    dict(outer=OUTER_A, pack_a=False, pack_b=False),
                                     dict(mr=4, nr=None, kc=7, mc=9, nc=None)])
 def test_every_packing_and_split_is_correct(kdir, change):
     dtype = "float32"
@@ -158,7 +159,7 @@ def test_machine_bounds_and_legal_ranges():
             opts = kernel_options(bounds, item, batch=1)
             d = opts.default
             assert (d.mr, d.nr) in opts.tiles and d.split == "m"
-            assert d.kc * d.nr * item <= bounds.l1_bytes and d.mc % d.mr == 0
+            assert d.kc * d.nr * item <= 2 * bounds.l1_bytes and d.mc % d.mr == 0
             assert d.mc * d.kc * item <= bounds.l2_bytes and d.nc % d.nr == 0
             assert SPLIT_BATCH in kernel_options(bounds, item, batch=64).splits
     odd = legalize(KernelParams(mr=5, nr=20, mc=7, kc=3, nc=50, split="?", vec_bytes=32), 4)
