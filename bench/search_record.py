@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:      # run as a script: this checkout's db package
     sys.path.insert(0, str(ROOT))
 
-from db.records import Status, StoredTrial  # noqa: E402
+from db.records import BestPlan, Status, StoredTrial, is_confirmation  # noqa: E402
 
 
 def record(db: Path, wall: str, command: str, how_run: str) -> dict:
@@ -30,10 +30,15 @@ def record(db: Path, wall: str, command: str, how_run: str) -> dict:
     keys = [r[0] for r in con.execute("SELECT DISTINCT plan_key FROM trials")]
     if len(keys) != 1:
         sys.exit(f"{db}: expected the trials of one search (one plan key), found {len(keys)}")
-    rows = [StoredTrial.from_row(dict(r)) for r in con.execute(
-        "SELECT * FROM trials WHERE plan_key = ? ORDER BY number", keys)]
+    every = [StoredTrial.from_row(dict(r)) for r in con.execute(
+        "SELECT * FROM trials WHERE plan_key = ? ORDER BY created", keys)]
+    # the search's own trials; the confirmation's re-measurements are reported apart
+    rows = [r for r in every if not is_confirmation(r.study)]
+    confirm = [r for r in every if is_confirmation(r.study)]
     ok = [r for r in rows if r.status == Status.OK]
     best = min(ok, key=lambda r: r.measured_s)
+    cached = con.execute("SELECT * FROM best_plans WHERE plan_key = ?", keys).fetchone()
+    cached = BestPlan.from_row(dict(cached)) if cached else None
     w = con.execute("SELECT name, canonical_json FROM workloads WHERE hash = ?",
                     (rows[0].key.workload_hash,)).fetchone()
     runs = sum(len(r.times) for r in ok)
@@ -47,6 +52,13 @@ def record(db: Path, wall: str, command: str, how_run: str) -> dict:
         "timed_runs": runs,
         "first_trial_at": rows[0].created,
         "last_trial_at": rows[-1].created,
+        "cached_best": None if cached is None else {
+            "name": cached.name, "measured_s": cached.measured_s, "study": cached.study,
+            "trial": cached.trial_number},
+        "confirmation": [{"name": r.name, "key": r.to_candidate().key[:16],
+                          "status": str(r.status), "median_s": r.measured_s,
+                          "times_s": list(r.times)} for r in confirm],
+        # the fastest single search trial (before the confirmation re-measured it)
         "best_measured_s": best.measured_s,
         "best_times_s": list(best.times),
         "best_predicted_s": best.predicted_s,
@@ -72,8 +84,11 @@ def main() -> None:
     a.out.mkdir(parents=True, exist_ok=True)
     path = a.out / name
     path.write_text(json.dumps(rec, indent=2, sort_keys=True) + "\n")
-    print(f"wrote {path}: {rec['trials']}, best {rec['best_measured_s']:.3f} s "
-          f"(trial {rec['best_trial']}), {rec['timed_runs']} timed runs, wall {rec['wall_time']}")
+    c = rec["cached_best"] or {}
+    print(f"wrote {path}: {rec['trials']}, fastest trial {rec['best_measured_s']:.3f} s "
+          f"(trial {rec['best_trial']}), cached {c.get('name') or '-'} "
+          f"{c.get('measured_s') or float('nan'):.3f} s after {len(rec['confirmation'])} "
+          f"confirmed finalists, {rec['timed_runs']} timed runs, wall {rec['wall_time']}")
 
 
 if __name__ == "__main__":

@@ -231,6 +231,9 @@ def run_bench(w: Workload, device: str = "cpu", peers=PEER_NAMES, rounds: int = 
         date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         machine={"device": env.name, "cores": env.cores, "platform": platform.platform(),
                  "python": platform.python_version(), "cc": env.library_dict().get("cc", ""),
+                 # how busy the machine was over the run (1, 5, 15 min at its end): a shared
+                 # machine's figures are read with it
+                 "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
                  **({"compute_capability": env.compute_capability, "driver": env.driver,
                      "cuda_runtime": env.cuda_runtime} if env.kind == "cuda" else {})},
         versions={"autotune": __version__, **{d: dist_version(d) for d in VERSION_DISTS}},
