@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import sys
 import tempfile
@@ -51,6 +52,7 @@ from autotune.backends.replay import NOT_RECORDED, ReplayBackend  # noqa: E402
 from autotune.report.model_check import measure_rounds  # noqa: E402
 from autotune.search.config import SearchConfig  # noqa: E402
 from autotune.search.loop import search  # noqa: E402
+from autotune.search.state import REUSED  # noqa: E402
 
 DEFAULT = ROOT / "bench" / "workloads" / "pool_gelu_mlp.toml"
 
@@ -102,6 +104,8 @@ def run_seed(w, space, kind, env, pool: dict, budget: int, seed: int, workdir: P
     return {
         "seed": seed, "budget": budget, "search_wall_s": round(wall, 2),
         "trials": len([t for t in trials if not t.study.endswith("confirm")]),
+        "pruned": sum(1 for t in trials if t.status == Status.PRUNED),
+        "reused": sum(1 for t in trials if t.error == REUSED),
         "distinct_measured": len(asked),
         "measured_fraction_of_pool": round(len(asked) / len(pool), 4),
         "outside_pool": sum(1 for t in trials if t.error == NOT_RECORDED),
@@ -126,6 +130,9 @@ def main(argv=None) -> int:
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     dims = dict(kv.split("=") for kv in a.dims.split(",")) if a.dims else None
     w = load_workload(a.workload, {k: int(v) for k, v in dims.items()} if dims else None)
+    dims_s = "-".join(f"{k}{v}" for k, v in dict(w.dims).items())
+    path = Path(a.out) / f"pool-{w.name}-{dims_s}-cpu.json"
+    command = "python bench/pool_efficiency.py " + " ".join(sys.argv[1:] if argv is None else argv)
     env = resolve("cpu")
     kind = backend_kind(env.kind)
     space = SearchSpace(w, kind.tile_bounds)
@@ -134,6 +141,10 @@ def main(argv=None) -> int:
             pool = json.loads(Path(a.pool).read_text())["pool"]
         else:
             pool = measure_pool(w, kind, env, space, a.rounds, 0, Path(tmp), log)
+            # saved before any search: the measurement is the expensive part
+            Path(a.out).mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"command": command, "pool": pool}))
+            log(f"wrote the pool to {path} (reuse it with --pool)")
         if len(pool) < a.min_pool:
             sys.exit(f"{a.workload}: the space holds {len(pool)} candidates, fewer than "
                      f"--min-pool {a.min_pool}; widen its [space] table")
@@ -147,10 +158,10 @@ def main(argv=None) -> int:
                 f"{r['outside_pool']} outside the pool)")
             runs.append(r)
     ok = sorted(p["median_s"] for p in pool.values() if p["median_s"] is not None)
-    dims_s = "-".join(f"{k}{v}" for k, v in w.dims.items())
     out = {
-        "command": "python bench/pool_efficiency.py " + " ".join(argv or sys.argv[1:]),
-        "workload": w.name, "dims": dict(w.dims), "machine": platform.processor()
+        "command": command,
+        "workload": w.name, "dims": dict(w.dims),
+        "load_average": list(os.getloadavg()), "machine": platform.processor()
         or platform.machine(), "pool_size": len(pool), "pool_ok": len(ok),
         "pool_best_s": ok[0], "pool_median_s": ok[len(ok) // 2], "pool_worst_s": ok[-1],
         "fraction": a.fraction, "budget": budget, "seeds": runs,
@@ -158,7 +169,6 @@ def main(argv=None) -> int:
         "pool": pool,
     }
     Path(a.out).mkdir(parents=True, exist_ok=True)
-    path = Path(a.out) / f"pool-{w.name}-{dims_s}-cpu.json"
     path.write_text(json.dumps(out, indent=1))
     print(json.dumps({k: v for k, v in out.items() if k != "pool"}, indent=1))
     print(f"wrote {path}", file=sys.stderr)

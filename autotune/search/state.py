@@ -23,6 +23,9 @@ from autotune.search.learning import Learner
 from autotune.search.proposals import model_favourites, neighbour
 
 
+REUSED = "same candidate as an earlier trial"   # the error note of a trial that was not rerun
+
+
 def memory_error(need: int, available: int) -> str:
     return (f"needs {need / 1e9:.3g} GB, {available / 1e9:.3g} GB available "
             "(predicted memory: not run)")
@@ -46,10 +49,12 @@ class SearchState:
         self.incumbent: dict = {}                                  # params of the best so far
         self.noise = NoiseBand()                # run-to-run spread of the repeats so far
         self.loaded: set[str] = set()           # keys of candidates measured under load
+        self.seen: set[str] = set()             # keys of every trial written (any status)
 
     def note(self, status: Status, cand: Candidate, pred: float, median: float | None) -> None:
         prog = self.prog
         prog.done += 1
+        self.seen.add(cand.key)
         if status == Status.OK:
             prog.measured += 1
             if prog.best_s is None or median < prog.best_s:
@@ -116,7 +121,7 @@ class SearchState:
         times, rel_err = (), None
         if cand.key in self.measured:                 # already measured: reuse, don't rerun
             status, median = self.measured[cand.key]
-            error = "same candidate as an earlier trial"
+            error = REUSED
         elif (error := self.prune_reason(pred, corrected)) is not None:
             status, median = Status.PRUNED, None
         elif (avail := self.memory_available() if self.memory_available else None) is not None \
@@ -150,15 +155,25 @@ class SearchState:
         """The time one run of a candidate that takes ``seconds`` (None: unknown) is given."""
         return max(self.timeout_floor(), self.config.timeout_factor * (seconds or 0))
 
-    def finish(self, study, trial, o: TrialOutcome, on_trial) -> None:
-        """Tell Optuna the outcome, update the incumbent and the counts."""
-        status, median, cand = o.status, o.measured_s, o.candidate
-        if status == Status.OK:
-            study.tell(trial, median)
-        elif status == Status.PRUNED:
+    def is_repeat(self, o: TrialOutcome) -> bool:
+        """The outcome is of a candidate an earlier trial already had (measured, pruned or
+        failed): it teaches the search nothing new."""
+        return o.candidate.key in self.seen
+
+    @staticmethod
+    def tell(study, trial, o: TrialOutcome) -> None:
+        """Tell Optuna the outcome (and nothing else)."""
+        if o.status == Status.OK:
+            study.tell(trial, o.measured_s)
+        elif o.status == Status.PRUNED:
             study.tell(trial, state=TrialState.PRUNED)
         else:
             study.tell(trial, state=TrialState.FAIL)
+
+    def finish(self, study, trial, o: TrialOutcome, on_trial) -> None:
+        """Tell Optuna the outcome, update the incumbent and the counts."""
+        status, median, cand = o.status, o.measured_s, o.candidate
+        self.tell(study, trial, o)
         if status == Status.OK and median <= (self.prog.best_s or math.inf):
             self.incumbent = dict(o.params)
         self.note(status, cand, o.predicted_s, median)

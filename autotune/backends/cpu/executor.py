@@ -31,6 +31,11 @@ from autotune.backends.base import Arrays, BufferPool, Cutoff, timed_runs
 from autotune.backends.cpu.codegen import generate, generate_units
 
 
+# A checked first call shorter than this is followed by one more before any sample is taken
+# (see CompiledPlan.timed_call); longer ones are their own sample, their one-time costs under 1 %.
+WARM_BELOW_S = 0.2
+
+
 def _openmp_waits_passively() -> None:
     """Make the generated kernels' OpenMP threads sleep, not spin, once a parallel loop ends.
 
@@ -219,7 +224,8 @@ class CompiledPlan:
                    check: Callable[[Arrays], bool] | None = None,
                    cutoff: Cutoff = Cutoff()) -> tuple[Arrays, list[float]]:
         """(outputs of the last run, host seconds of the timed runs).  The checked first run
-        is a timed sample too (the buffers are pre-faulted, so it is steady-state); when
+        is a timed sample too (the buffers are pre-faulted, so it is steady-state; one under
+        WARM_BELOW_S is followed by one more, which is the sample); when
         ``cutoff`` gives up on it, it is the only one; after ``warmup`` untimed runs the
         repeats stop early once the first two are out of contention (runs under load do
         not count: :func:`autotune.backends.base.timed_runs`)."""
@@ -229,7 +235,17 @@ class CompiledPlan:
             t0 = time.perf_counter()
             last[0] = self(**inputs)
             seconds = time.perf_counter() - t0
-            return seconds if check is None or check(last[0]) else None
+            if check is not None and not check(last[0]):
+                return None
+            if seconds < WARM_BELOW_S:
+                # a short plan's first call is not steady-state: it is the run that touches
+                # its code pages and wakes OpenMP's and BLAS's threads, which costs as much as
+                # the run itself at a few milliseconds; the sample is the call after it
+                last[0] = None
+                t0 = time.perf_counter()
+                last[0] = self(**inputs)
+                seconds = time.perf_counter() - t0
+            return seconds
 
         def run() -> float:
             last[0] = None     # a run reuses the output arrays only when nobody holds them

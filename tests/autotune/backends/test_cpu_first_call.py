@@ -1,0 +1,60 @@
+"""The CPU plan's first call: a short one is not a sample (it pays one-time costs), a long one
+is; either way the checked outputs are the first call's."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from search_spaces.plans import named_plan
+from search_spaces.space import SearchSpace
+
+from autotune.api import make_executable
+from autotune.backends.cpu import executor
+from autotune.backends.cpu.executor import CompiledPlan
+from autotune.backends.factory import backend_kind
+
+
+class _Scripted(CompiledPlan):
+    """A real plan whose calls take scripted extra seconds (call 1 first)."""
+    extra: tuple[float, ...] = ()
+
+    def __call__(self, **inputs):
+        self.calls = getattr(self, "calls", 0) + 1
+        i = min(self.calls, len(self.extra)) - 1
+        time.sleep(self.extra[i])
+        return super().__call__(**inputs)
+
+
+def _plan(small, tmp_path, extra):
+    w = small("gated_mlp")
+    cand = named_plan(SearchSpace(w, backend_kind("cpu").tile_bounds), "heuristic")
+    plan = make_executable(w, cand, "cpu", tmp_path)
+    plan.__class__ = _Scripted
+    plan.extra = extra
+    return w, plan
+
+
+def test_a_short_cold_first_call_is_not_the_sample(small, tmp_path):
+    w, plan = _plan(small, tmp_path, (0.1, 0.0))    # the first call 0.1 s slower, then fast
+    checked = []
+    _, times = plan.timed_call(w.random_inputs(0), 0, 1,
+                               check=lambda outs: checked.append(plan.calls) or True)
+    assert checked == [1]                 # the check saw the first call's outputs
+    assert plan.calls == 2 and len(times) == 1
+    assert times[0] < 0.1                 # the sample is the warm call
+    assert executor.WARM_BELOW_S > 0.1    # (what makes 0.1 s "short")
+
+
+def test_a_long_first_call_is_its_own_sample(small, tmp_path):
+    long = executor.WARM_BELOW_S + 0.05
+    w, plan = _plan(small, tmp_path, (long,))
+    _, times = plan.timed_call(w.random_inputs(0), 0, 1, check=lambda outs: True)
+    assert plan.calls == 1 and len(times) == 1 and times[0] >= long
+
+
+def test_a_failed_check_runs_nothing_more(small, tmp_path):
+    w, plan = _plan(small, tmp_path, (0.0,))
+    outs, times = plan.timed_call(w.random_inputs(0), 0, 3, check=lambda outs: False)
+    assert times == [] and plan.calls == 1
+    assert all(np.isfinite(v).all() for v in outs.values())
