@@ -10,6 +10,9 @@ from autotune.cli.common import (DEFAULT_WORKLOAD, CliError, Db, Dims, Format, R
                                  WorkloadArg, handled, load)
 
 
+ALL_BUDGET = 60      # trials of the search `bench --all` runs where no plan is cached
+
+
 @handled
 def bench_cmd(workload: WorkloadArg = DEFAULT_WORKLOAD,
               dims: Dims = None,
@@ -29,7 +32,12 @@ def bench_cmd(workload: WorkloadArg = DEFAULT_WORKLOAD,
               greedy_timeout: float = typer.Option(60.0, "--greedy-timeout",
                                                    help="seconds the greedy plan's one run may "
                                                         "take (0: skip it)"),
-              seed: int = typer.Option(1, help="seed of the inputs and of the round order")):
+              seed: int = typer.Option(1, help="seed of the inputs and of the round order"),
+              every: bool = typer.Option(False, "--all",
+                                         help="every built-in at its default dims (searched "
+                                              f"first where nothing is cached: "
+                                              f"--search-budget, default {ALL_BUDGET}), then "
+                                              "one summary table, JSON and --plot chart")):
     """Time the cached best plan against the named plans, JAX/XLA, PyTorch, torch.compile and
     IREE on the same inputs, in one process (interleaved rounds, medians)."""
     import shlex
@@ -41,8 +49,14 @@ def bench_cmd(workload: WorkloadArg = DEFAULT_WORKLOAD,
         raise CliError("--rounds must be at least 1")
     if search_budget is not None and search_budget < 1:
         raise CliError("--search-budget must be at least 1")
-    w = load(workload, dims)
     command = shlex.join(["autotune", *sys.argv[1:]])
+    if every:
+        if dims or workload != DEFAULT_WORKLOAD:
+            raise CliError("--all benches every built-in at its default dims: give no "
+                           "workload and no --dims with it")
+        return _bench_all(device, peers, rounds, plot, search_budget or ALL_BUDGET, db, out,
+                          greedy_timeout if greedy_timeout > 0 else None, seed, command)
+    w = load(workload, dims)
     result = run_bench(w, device, peers, rounds, db, search_budget,
                        greedy_timeout if greedy_timeout > 0 else None, seed, out, command,
                        log=lambda s: typer.echo(s, err=True))
@@ -58,6 +72,38 @@ def bench_cmd(workload: WorkloadArg = DEFAULT_WORKLOAD,
         except OSError as e:
             raise CliError(f"--plot {plot}: cannot write ({e.strerror or e})") from None
         typer.echo(f"wrote {path}", err=fmt == "json")
+
+
+def _bench_all(device, peers, rounds, plot, budget, db, out, greedy_timeout, seed, command):
+    """Each built-in's own bench run (one process each, interleaved), then the summary."""
+    from pathlib import Path
+
+    from search_spaces.loader import builtin_names
+
+    from autotune.bench.run import run_bench
+    from autotune.bench.summary import failed_row, format_summary, save_summary, summary_row
+    rows = []
+    for name in builtin_names():
+        w = load(name, None)
+        typer.echo(f"== {name}", err=True)
+        try:
+            result = run_bench(w, device, peers, rounds, db, budget, greedy_timeout, seed, out,
+                               command, log=lambda s: typer.echo(s, err=True))
+        except CliError:
+            raise
+        except Exception as e:   # one workload's failure is its row, not the end of the run
+            rows.append(failed_row(name, dict(w.dims), f"{type(e).__name__}: {e}"))
+            continue
+        rows.append(summary_row(result))
+    typer.echo(format_summary(rows))
+    path = save_summary(rows, Path(out) / f"bench-all-{device}.json", command, device)
+    typer.echo(f"wrote {path}")
+    if plot:
+        from autotune.report.plots import plot_summary
+        try:
+            typer.echo(f"wrote {plot_summary(rows, plot)}")
+        except OSError as e:
+            raise CliError(f"--plot {plot}: cannot write ({e.strerror or e})") from None
 
 
 @handled

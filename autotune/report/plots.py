@@ -210,6 +210,31 @@ def plot_bench(result, path) -> Path:
     return _save(fig, path)
 
 
+def plot_summary(rows, path) -> Path:
+    """`bench --all`: per workload, the tuned plan's time over its fastest peer's (log scale,
+    1 = parity, left of it = the plan wins) and over the heuristic plan's."""
+    named = [r for r in rows if r.vs_best_peer is not None]
+    if not named:
+        raise PlotError("no workload has both a tuned plan and a peer timed")
+    fig = _figure(8, 1.2 + 0.45 * len(named))
+    ax = fig.add_subplot()
+    y = np.arange(len(named))[::-1]
+    ax.barh(y + 0.18, [r.vs_best_peer for r in named], height=0.36, color="tab:blue",
+            label="best plan / fastest peer")
+    ax.barh(y - 0.18, [r.vs_heuristic or np.nan for r in named], height=0.36,
+            color="tab:orange", label="best plan / heuristic plan")
+    for yi, r in zip(y, named):
+        ax.text(r.vs_best_peer, yi + 0.18, f"  {r.vs_best_peer:.2f}x {r.best_peer}",
+                va="center", fontsize=7)
+    ax.axvline(1.0, color="black", lw=1)
+    ax.set_xscale("log")
+    ax.set_yticks(y, [r.workload for r in named])
+    ax.set_xlabel("time ratio (log scale; < 1: the tuned plan is faster)")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(True, axis="x", which="both", alpha=0.3)
+    return _save(fig, path)
+
+
 # ---- everything for one workload ----------------------------------------------------------------
 def key_trials(w, device: str = "cpu", db=None) -> tuple[str, list[StoredTrial]]:
     """(plan key, trials) of ``w`` on this device with the current library versions."""

@@ -1,0 +1,92 @@
+"""`autotune bench --all`'s summary: rows from bench results, verdicts, the JSON, the CLI flow
+(run_bench replaced by a recording stub: the real one is tested in test_bench.py)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from db.records import Status
+
+from autotune.bench import summary
+from autotune.bench.result import BenchResult, Contender
+from autotune.cli.app import app
+from tests.support.skips import require
+
+
+def result(workload: str, **medians) -> BenchResult:
+    """A bench result whose contenders ran in the given medians (None: skipped)."""
+    cs = tuple(Contender(n, "peer" if n in ("jax", "torch", "inductor", "iree") else "plan",
+                         Status.OK if s is not None else Status.SKIPPED, median_s=s)
+               for n, s in medians.items())
+    return BenchResult(workload, {"N": 8}, "float32", "h", "cpu", "cpu0", 1e-4, 1, 5, "cmd",
+                       "today", {}, {}, "db", {}, None, 1.0, {}, cs, f"/r/{workload}.json")
+
+
+def test_a_row_compares_with_the_fastest_correct_peer_and_the_heuristic():
+    r = summary.summary_row(result("a", best=1.0, heuristic=1.02, jax=3.0, iree=2.0,
+                                   inductor=None))
+    assert r.best_peer == "iree" and r.best_peer_s == 2.0
+    assert r.vs_best_peer == pytest.approx(0.5) and r.vs_heuristic == pytest.approx(1 / 1.02)
+    assert r.peers_s == {"jax": 3.0, "iree": 2.0} and r.wins
+
+
+@pytest.mark.parametrize("medians, wins", [
+    ({"best": 2.1, "heuristic": 2.0, "jax": 3.0}, True),     # within 5 % of the heuristic
+    ({"best": 2.2, "heuristic": 2.0, "jax": 3.0}, False),    # 10 % behind the heuristic
+    ({"best": 3.0, "heuristic": 3.0, "jax": 2.9}, False),    # behind a peer
+    ({"best": 1.0, "heuristic": 1.0, "jax": None}, False),   # no peer ran: no claim
+])
+def test_the_verdict(medians, wins):
+    assert summary.summary_row(result("w", **medians)).wins is wins
+
+
+def test_table_and_json(tmp_path):
+    rows = [summary.summary_row(result("a", best=1.0, heuristic=1.0, jax=2.0)),
+            summary.summary_row(result("b", best=3.0, heuristic=1.0, jax=2.0)),
+            summary.failed_row("c", {"N": 8}, "RuntimeError: boom")]
+    table = summary.format_summary(rows)
+    assert "wins" in table.splitlines()[2] and "behind a peer" in table.splitlines()[3]
+    assert "failed: RuntimeError: boom" in table
+    assert table.splitlines()[-1].startswith("1 of 3 workloads")
+    doc = json.loads(summary.save_summary(rows, tmp_path / "s.json", "cmd", "cpu").read_text())
+    assert doc["wins"] == 1 and doc["workloads"] == 3
+    assert [r["wins"] for r in doc["rows"]] == [True, False, False]
+
+
+def test_bench_all_runs_every_builtin_and_writes_the_summary(tmp_path, monkeypatch):
+    import autotune.bench.run as run
+    import search_spaces.loader as loader
+    seen = []
+
+    def fake_run_bench(w, device, peers, rounds, db, budget, *rest, **kw):
+        seen.append((w.name, budget))
+        if w.name == "gated_mlp":
+            raise RuntimeError("no luck")
+        return result(w.name, best=1.0, heuristic=1.0, jax=2.0)
+    monkeypatch.setattr(run, "run_bench", fake_run_bench)
+    monkeypatch.setattr(loader, "builtin_names", lambda: ["attention", "gated_mlp"])
+    r = CliRunner().invoke(app, ["bench", "--all", "--out", str(tmp_path), "--db",
+                                 str(tmp_path / "p.sqlite")])
+    assert r.exit_code == 0, r.output
+    assert seen == [("attention", 60), ("gated_mlp", 60)]
+    doc = json.loads((tmp_path / "bench-all-cpu.json").read_text())
+    assert [row["workload"] for row in doc["rows"]] == ["attention", "gated_mlp"]
+    assert doc["rows"][1]["error"] == "RuntimeError: no luck" and doc["wins"] == 1
+
+
+def test_bench_all_refuses_a_workload_or_dims():
+    r = CliRunner().invoke(app, ["bench", "--all", "--dims", "N=8"])
+    assert r.exit_code == 1 and "give no workload and no --dims" in r.output
+
+
+def test_the_summary_chart(tmp_path):
+    require("matplotlib")
+    from autotune.report.plots import PlotError, plot_summary
+    rows = [summary.summary_row(result("a", best=1.0, heuristic=1.1, jax=2.0)),
+            summary.failed_row("c", {"N": 8}, "boom")]
+    path = plot_summary(rows, tmp_path / "s.png")
+    assert path.stat().st_size > 1000
+    with pytest.raises(PlotError):
+        plot_summary(rows[1:], tmp_path / "none.png")
