@@ -142,6 +142,26 @@ def test_one_op_in_a_compiled_graph(small, fast_tmp):
     assert len(calls) == 2                        # the op and the multiplication
 
 
+def test_dynamic_shapes_keep_one_graph(small, fast_tmp):
+    """The shape-only kernel gives symbolic output sizes: two sequence lengths, one graph."""
+    w = small("trimul_outgoing")
+    layer = at.function(w, "cpu", fast_tmp / "p.sqlite").bind(
+        **{n: t for n, t in tensors(w)[1].items() if n in w.params})
+    graphs = []
+
+    def record(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+    step = torch.compile(lambda z, m: layer(x=z, mask=m)["out"] + z, backend=record,
+                         dynamic=True, fullgraph=True)
+    for n in (16, 12):
+        wn = load_workload("trimul_outgoing", {"N": n, "C": 8})
+        _, tx = tensors(wn, seed=n)
+        torch.testing.assert_close(step(tx["x"], tx["mask"]),
+                                   layer(x=tx["x"], mask=tx["mask"])["out"] + tx["x"])
+    assert len(graphs) == 1
+
+
 def test_bound_op_through_aot_autograd(small, fast_tmp):
     """aot_eager runs the shape-only kernel (functionalization, fake tensors) and then the
     real one: the bound op's output shapes come from its activations and its binding."""
