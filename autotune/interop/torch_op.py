@@ -65,6 +65,7 @@ class WorkloadOp:
     def __init__(self, fn: PlanFunction, name: str):
         w = self.w = fn.w
         self.fn = fn
+        self.names, self.acts = w.input_names, w.activations   # read per call: computed once
         self.dtype = TORCH_DTYPES[w.dtype]
         self.out_axes = output_axes(w)
         self.witness = witnesses(w)
@@ -97,24 +98,31 @@ class WorkloadOp:
 
     # ---- kernels -----------------------------------------------------------------------------
     def _run(self, *tensors: torch.Tensor):
-        arrays = self._arrays(zip(self.w.input_names, tensors), "input")
+        arrays = self._arrays(zip(self.names, tensors), "input")
         return self._wrap(self._device_run(lambda: self.fn.run(arrays), tensors))
+
+    def _bound(self, number: int) -> BoundFunction:
+        try:
+            return self.bindings[number]
+        except KeyError:
+            raise RuntimeError(f"{self.w.name}: binding {number} was released (its bound "
+                               f"function was garbage-collected): bind again") from None
 
     def _run_bound(self, *args):
         *tensors, number = args
-        bound = self.bindings[number]
-        arrays = self._arrays(zip(self.w.activations, tensors), "input")
+        bound = self._bound(number)
+        arrays = self._arrays(zip(self.acts, tensors), "input")
         return self._wrap(self._device_run(lambda: bound(**arrays), tensors))
 
     def _fake(self, *tensors: torch.Tensor):
-        self._check(zip(self.w.input_names, tensors), "input")
-        return self._fake_outputs(dict(zip(self.w.input_names, tensors)))
+        self._check(zip(self.names, tensors), "input")
+        return self._fake_outputs(dict(zip(self.names, tensors)))
 
     def _fake_bound(self, *args):
         *tensors, number = args
-        self._check(zip(self.w.activations, tensors), "input")
-        return self._fake_outputs({**self.bindings[number].params,
-                                   **dict(zip(self.w.activations, tensors))})
+        self._check(zip(self.acts, tensors), "input")
+        return self._fake_outputs({**self._bound(number).params,
+                                   **dict(zip(self.acts, tensors))})
 
     def _fake_outputs(self, given: dict):
         w, like = self.w, next(t for t in given.values() if isinstance(t, torch.Tensor))
@@ -132,23 +140,30 @@ class WorkloadOp:
 
     # ---- conversions -------------------------------------------------------------------------
     def _check(self, named, what: str) -> None:
+        cuda = self.fn.kind == "cuda"
         for n, t in named:
             if t.dtype != self.dtype:
                 raise DTypeError(f"{self.w.name}: {what} {n!r} is {t.dtype}, the workload takes "
                                  f"{self.dtype} (convert it once, outside the call)")
-            if (t.device.type == "cuda") != (self.fn.kind == "cuda"):
+            if t.is_cuda != cuda:    # is_cuda: a tenth of t.device's cost, paid per input
                 raise ValueError(f"{self.w.name}: {what} {n!r} is on {t.device}, this function "
                                  f"runs on {self.fn.device} (move the tensor, or make the "
                                  f"function with device={t.device.type!r})")
 
     def _arrays(self, named, what: str) -> dict:
-        named = list(named)
-        self._check(named, what)
         if self.fn.kind == "cuda":
             import cupy   # the GPU's array module, only where a GPU runs the plan
+            named = list(named)
+            self._check(named, what)
             return {n: cupy.from_dlpack(t.detach()) for n, t in named}
-        # a view of the tensor's memory; detach() only where autograd would refuse numpy()
-        return {n: (t.detach() if t.requires_grad else t).numpy() for n, t in named}
+        out = {}
+        for n, t in named:       # one pass: the checks and the views (per call, every input)
+            if t.dtype != self.dtype or t.is_cuda:
+                self._check([(n, t)], what)
+            # a view of the tensor's memory (detach().numpy() measured faster than numpy()
+            # alone, and autograd refuses numpy() on a tensor that requires grad)
+            out[n] = t.detach().numpy()
+        return out
 
     def _device_run(self, run, tensors):
         if self.fn.kind != "cuda":
