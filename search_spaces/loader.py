@@ -16,7 +16,7 @@ from .where_syntax import PWhere, check_indices
 from .workload import DTYPES, Workload, parse_init
 
 TOP_KEYS = {"name", "summary", "dtype", "outputs", "program", "dims", "inputs", "init",
-            "tolerance", "space"}
+            "tolerance", "space", "parameters"}
 MAX_EXTENT = 1 << 31
 MAX_STATEMENTS = 2000
 
@@ -131,6 +131,7 @@ def parse_workload(text: str, path: str = "<workload>", dims: dict[str, int] | N
     if not isinstance(raw_inputs, dict) or not raw_inputs:
         raise err("[inputs] must be a non-empty table of name = [dim, ...]", "inputs", None)
     shapes: dict[str, tuple[int, ...]] = {}
+    axes: dict[str, tuple[str, ...]] = {}
     for k, v in raw_inputs.items():
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
             raise err(f"input name {k!r} is not an identifier", "inputs", k)
@@ -145,6 +146,8 @@ def parse_workload(text: str, path: str = "<workload>", dims: dict[str, int] | N
             else:
                 raise err(f"input {k}: unknown dim {d!r} in its shape", "inputs", k)
         shapes[k] = tuple(shp)
+        axes[k] = tuple(d if isinstance(d, str) else "" for d in v)
+    params = _parameters(doc.get("parameters", []), shapes, err)
     raw_init = doc.get("init", {})
     if not isinstance(raw_init, dict):
         raise err("[init] must be a table of input = \"normal(0,1)\"-style strings", "init", None)
@@ -196,7 +199,25 @@ def parse_workload(text: str, path: str = "<workload>", dims: dict[str, int] | N
         inputs=tuple(shapes.items()),
         init=tuple((k, v) for k, v in raw_init.items()),
         outputs=tuple(outputs), ops=tuple(ops), rtol=float(rtol),
-        space_json=json.dumps(space, sort_keys=True), source=path)
+        space_json=json.dumps(space, sort_keys=True), source=path, params=params,
+        axes=tuple(axes.items()))
+
+
+def _parameters(raw, shapes: dict, err) -> tuple[str, ...]:
+    """The ``parameters`` key: a list of distinct input names, leaving at least one input to
+    pass per call (a binding that leaves nothing to pass is a mistake, not a use)."""
+    if not isinstance(raw, list) or not all(isinstance(p, str) for p in raw):
+        raise err("'parameters' must be a list of input names", None, "parameters")
+    for p in raw:
+        if p not in shapes:
+            raise err(f"'parameters' names {p!r}, which is not an input (inputs: "
+                      f"{', '.join(shapes)})", None, "parameters")
+    if len(set(raw)) != len(raw):
+        raise err("'parameters' lists an input twice", None, "parameters")
+    if raw and set(raw) == set(shapes):
+        raise err("'parameters' names every input: nothing would be left to pass per call",
+                  None, "parameters")
+    return tuple(raw)
 
 
 def _program_pos(text: str) -> tuple[int, int]:

@@ -53,6 +53,12 @@ class Workload:
     rtol: float
     space_json: str = "{}"       # validated [space] table, canonical JSON
     source: str = ""             # path or "builtin:NAME"; not hashed
+    # The inputs the TOML's ``parameters`` key declares (weights a caller binds once); not
+    # hashed: which inputs a caller fixes changes nothing a plan computes or is timed on.
+    params: tuple[str, ...] = ()
+    # The dim each input axis is declared with ("" for a literal extent), so that a caller's
+    # shapes give the dims to run at; not hashed (the extents themselves are).
+    axes: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     # ---- lookups -------------------------------------------------------------------------
     @cached_property
@@ -81,6 +87,11 @@ class Workload:
     @property
     def input_names(self) -> tuple[str, ...]:
         return tuple(n for n, _ in self.inputs)
+
+    @property
+    def activations(self) -> tuple[str, ...]:
+        """The inputs passed on every call: those not declared parameters."""
+        return tuple(n for n, _ in self.inputs if n not in self.params)
 
     @property
     def dim_dict(self) -> dict[str, int]:

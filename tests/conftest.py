@@ -1,7 +1,7 @@
 """Shared test set-up: the ``cuda`` marker skips by itself where no GPU is present, small dims
 for every built-in, a fresh plan database per test (on tmpfs where there is one), and the
 strict-skip hooks (tests.support.skips: with AUTOTUNE_STRICT_SKIPS=1 a skip for anything but a
-missing CUDA device or PyTorch fails the run)."""
+missing CUDA device fails the run)."""
 from __future__ import annotations
 
 import functools

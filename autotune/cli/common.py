@@ -64,6 +64,8 @@ WorkloadArg = Annotated[str, typer.Argument(help="built-in name or path to a .to
 CachedWorkloadArg = Annotated[Optional[str], typer.Argument(
     help="built-in name or path (default: every cached)")]
 Dims = Annotated[Optional[str], typer.Option(help="override dims, e.g. N=64,C=16")]
+DimsList = Annotated[Optional[str], typer.Option(
+    help="override dims, e.g. N=64,C=16; a list tunes each shape in turn: N=256,384,C=64")]
 Db = Annotated[Optional[str], typer.Option(
     help="plan database (default: $AUTOTUNE_DB or the user cache dir)")]
 Format = Annotated[str, choice("--format", FORMATS, "print a table or JSON")]
@@ -83,11 +85,38 @@ def parse_dims(text: Optional[str]) -> dict[str, int]:
     return out
 
 
-def load(workload: str, dims: Optional[str]):
-    """Load a workload for a command; warnings are printed as single lines."""
+def parse_dims_list(text: Optional[str]) -> list[dict[str, int]]:
+    """``"N=256,384,C=64"`` -> [{"N": 256, "C": 64}, {"N": 384, "C": 64}]: a bare integer adds a
+    value to the dim before it, and the shapes are every combination, the first dim's values
+    outermost (in the order given).  Without lists it is :func:`parse_dims`'s one shape."""
+    if not text:
+        return [{}]
+    values: dict[str, list[int]] = {}
+    last = None
+    for part in text.split(","):
+        k, sep, v = part.partition("=")
+        if not sep and last is not None and k.strip().isdigit():
+            values[last].append(int(k))
+            continue
+        if not sep or not k.strip() or not v.strip().lstrip("-").isdigit():
+            raise CliError(f"--dims: {part!r} is not NAME=INTEGER or a further INTEGER "
+                           f"(example: --dims N=256,384,C=64)")
+        last = k.strip()
+        if last in values:
+            raise CliError(f"--dims: {last} given twice (list its values after one {last}=)")
+        values[last] = [int(v)]
+    shapes = [{}]
+    for k, vs in values.items():
+        shapes = [{**s, k: v} for s in shapes for v in vs]
+    return shapes
+
+
+def load(workload: str, dims: Optional[str] | dict[str, int]):
+    """Load a workload for a command (``dims`` as the option's text, or parsed); warnings are
+    printed as single lines."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        w = load_workload(workload, parse_dims(dims))
+        w = load_workload(workload, dims if isinstance(dims, dict) else parse_dims(dims))
     for c in caught:
         typer.echo(str(c.message), err=True)
     return w

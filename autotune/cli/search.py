@@ -8,15 +8,16 @@ from typing import Optional
 
 import typer
 
-from autotune.cli.common import (DEFAULT_WORKLOAD, CachedWorkloadArg, CliError, Db, Dims, Format,
-                                 WorkloadArg, _api, handled, load)
+from autotune.cli.common import (DEFAULT_WORKLOAD, CachedWorkloadArg, CliError, Db, Dims,
+                                 DimsList, Format, WorkloadArg, _api, handled, load,
+                                 parse_dims_list)
 
 
 @handled
 def search_cmd(
         workload: WorkloadArg = DEFAULT_WORKLOAD,
         budget: int = typer.Option(200, help="trials in all (measured, pruned and failed)"),
-        dims: Dims = None,
+        dims: DimsList = None,
         device: str = typer.Option("cpu", help="cpu, cuda or auto"),
         sampler: str = typer.Option("tpe", help="tpe, random, gp or cmaes"),
         db: Db = None,
@@ -32,10 +33,9 @@ def search_cmd(
                        "journal:PATH (a file all workers reach) or an RDB URL such as "
                        "postgresql://user:pw@host/db; --budget then counts the shared "
                        "study's trials")):
-    """Search for the fastest verified plan and cache it."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
-        TimeElapsedColumn
-
+    """Search for the fastest verified plan and cache it (for each shape of a --dims list, in
+    order: a model's tuned functions then find each shape's plan, and the nearest one's for
+    the shapes between)."""
     from autotune.backends.base import MeasureSettings
     from autotune.search.config import SAMPLERS, SearchConfig
     if sampler not in SAMPLERS:
@@ -44,7 +44,7 @@ def search_cmd(
         raise CliError("--budget must be at least 1")
     if confirm_rounds < 0:
         raise CliError("--confirm-rounds must be 0 (no confirmation) or more")
-    w = load(workload, dims)
+    shapes = [load(workload, d) for d in parse_dims_list(dims)]   # every error before a search
     _api().resolve(device)   # a missing GPU fails here, before any output
     config = SearchConfig(budget=budget, sampler=sampler, seed=seed, prune_factor=prune_factor,
                           storage=storage, confirm_rounds=confirm_rounds)
@@ -52,6 +52,17 @@ def search_cmd(
         from autotune.search.storage import open_storage
         open_storage(storage)   # a bad URL or an unreachable server fails here, in one line
     settings = MeasureSettings(repeats=max(1, repeats))
+    for n, w in enumerate(shapes, start=1):
+        if len(shapes) > 1:
+            typer.echo(f"== {w.name} at {','.join(f'{d}={v}' for d, v in w.dims)} "
+                       f"(shape {n} of {len(shapes)})")
+        _search_one(w, workload, device, db, config, settings, budget)
+
+
+def _search_one(w, workload: str, device: str, db, config, settings, budget: int) -> None:
+    """One shape's search, with its progress and its result line."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
+        TimeElapsedColumn
 
     def status(p) -> str:
         best = f"best {p.best_s:.4g} s ({p.best_name})" if p.best_s else "best -"
