@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from search_spaces.candidate import IMPL_LIBRARY, Candidate
+from search_spaces.candidate import IMPL_KERNEL, IMPL_LIBRARY, Candidate
 from search_spaces.gemm import gemm_form
 from search_spaces.partition import groups, materialized
 from search_spaces.rewrite import rewritten
@@ -29,6 +29,9 @@ from search_spaces.workload import Workload
 
 from autotune.backends.base import Arrays, BufferPool, Cutoff, timed_runs
 from autotune.backends.cpu.codegen import generate, generate_units
+from autotune.backends.cpu.gemm_call import GemmKernel, kernel_spec
+from autotune.backends.cpu.gemm_driver import kernel_source
+from autotune.backends.cpu.gemm_kernel import KernelSpec
 
 
 def _openmp_waits_passively() -> None:
@@ -96,6 +99,13 @@ def compile_source(src: str, cache_dir: Path, cc: str = "cc") -> Path:
     return lib
 
 
+@functools.lru_cache(maxsize=64)
+def load_gemm_kernel(spec: KernelSpec, cache_dir: str) -> GemmKernel:
+    """The generated contraction kernel for ``spec``, compiled (cached on disk by its source)
+    and loaded once per process."""
+    return GemmKernel(spec, compile_source(kernel_source(spec), Path(cache_dir)))
+
+
 def _as3(arr: np.ndarray, idx: tuple[str, ...], groups3) -> np.ndarray:
     """View (or, if impossible, copy) of ``arr`` (indexed by ``idx``) as (batch, rows, cols)."""
     order = [idx.index(i) for g in groups3 for i in g]
@@ -146,6 +156,9 @@ class CompiledPlan:
         self.libs = {k.anchor: ctypes.CDLL(str(compile_source(src, cache_dir)))
                      for src, k in units}
         self.kernels = {k.anchor: k for _, k in units}
+        self.gemm_kernels = {s.anchor: load_gemm_kernel(kernel_spec(w, cand, s.anchor),
+                                                        str(cache_dir))
+                             for s in cand.schedules if s.impl == IMPL_KERNEL}
         self.groups = groups(w, cand.fused_pairs)
         mats = materialized(w, cand.fused_pairs)
         self.storage: dict[str, np.ndarray] = {}
@@ -209,6 +222,8 @@ class CompiledPlan:
         for g in self.groups:
             if self.cand.schedule(g.anchor).impl == IMPL_LIBRARY:
                 self._gemm(g.anchor, env)
+            elif self.cand.schedule(g.anchor).impl == IMPL_KERNEL:
+                self._kernel(g.anchor, env)
             else:
                 k = self.kernels[g.anchor]
                 ptrs = (ctypes.c_void_p * len(k.args))(*[storage[t].ctypes.data for t in k.args])
@@ -239,7 +254,10 @@ class CompiledPlan:
         times = timed_runs(first, run, warmup, repeats, cutoff)
         return last[0], times
 
-    def _gemm(self, name: str, env) -> None:
+    def _views(self, name: str, env):
+        """The contraction ``name`` as (batch, rows, cols) arrays: its form, A and B (views, or
+        copies where no view exists), the result's view O (None where none exists) and the
+        result transposed to (batch, m, n) index order."""
         op = self.w.op(name)
         f = gemm_form(op)
         A = _as3(env[f.a.tensor], f.a.idx, (f.batch, f.m, f.k))
@@ -254,6 +272,20 @@ class CompiledPlan:
             O.shape = shape
         except AttributeError:
             O = None
+        return f, A, B, O, t
+
+    def _kernel(self, name: str, env) -> None:
+        """The generated kernel, straight into the result in its layout (its scale as alpha)."""
+        f, A, B, O, t = self._views(name, env)
+        target = O if O is not None else np.empty((A.shape[0], A.shape[1], B.shape[2]),
+                                                  dtype=self.dtype)
+        self.gemm_kernels[name](A, B, target, f.scale)
+        if O is None:
+            t[...] = target.reshape(t.shape)
+
+    def _gemm(self, name: str, env) -> None:
+        f, A, B, O, t = self._views(name, env)
+        out = env[name]
         if O is not None and _blasable(O) and O.strides[-1] == O.itemsize:
             _matmul(A, B, O)
         elif O is not None and _blasable(O):

@@ -1,24 +1,26 @@
-"""Compiling, loading and calling the generated contraction kernel on NumPy arrays.
+"""Loading and calling the generated contraction kernel on NumPy arrays, and the kernel a
+candidate's contraction gets.
 
-:class:`GemmKernel` compiles a :class:`autotune.backends.cpu.gemm_kernel.KernelSpec` with the
-loop groups' compiler and flags (``executor.compile_source``: cached by the source's hash) and
-calls it through ctypes on strided (batch, rows, cols) views: no copies, whatever the strides.
+:class:`GemmKernel` loads a compiled :class:`autotune.backends.cpu.gemm_kernel.KernelSpec`
+(``executor.load_gemm_kernel`` compiles it with the loop groups' compiler and flags) and calls it
+through ctypes on strided (batch, rows, cols) views: no copies, whatever the strides.
 """
 from __future__ import annotations
 
 import ctypes
-import functools
-import os
-import re
 from pathlib import Path
 
 import numpy as np
 
-from search_spaces.kernel import KernelBounds
+from search_spaces.candidate import Candidate
+from search_spaces.footprint import strides
+from search_spaces.gemm import gemm_form
+from search_spaces.kernel import default_params
+from search_spaces.workload import Workload
 
-from autotune.backends.cpu.executor import compile_source
-from autotune.backends.cpu.gemm_kernel import (ENTRY, STORE_COLS, STORE_ROWS, KernelSpec,
-                                               kernel_source)
+from autotune.backends.cpu.gemm_driver import ENTRY
+from autotune.backends.cpu.gemm_kernel import STORE_COLS, STORE_ROWS, KernelSpec
+from autotune.backends.cpu.machine import machine_bounds
 
 
 class GemmKernel:
@@ -26,11 +28,10 @@ class GemmKernel:
     a[i] @ b[i])`` for 3-d arrays ``a`` (batch, m, k), ``b`` (batch, k, n), ``c`` (batch, m, n)
     of the spec's dtype, in any strides (a batch stride of 0 broadcasts an operand)."""
 
-    def __init__(self, spec: KernelSpec, cache_dir: Path):
+    def __init__(self, spec: KernelSpec, library: Path):
         self.spec = spec
         self.dtype = np.dtype(spec.dtype)
-        self.source = kernel_source(spec)
-        self.lib = ctypes.CDLL(str(compile_source(self.source, Path(cache_dir))))
+        self.lib = ctypes.CDLL(str(library))
         fn = getattr(self.lib, ENTRY)
         fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                        ctypes.POINTER(ctypes.c_long), ctypes.c_double,
@@ -72,54 +73,23 @@ def store_for(c: np.ndarray) -> str:
         else STORE_ROWS
 
 
-@functools.lru_cache(maxsize=64)
-def load_kernel(spec: KernelSpec, cache_dir: str) -> GemmKernel:
-    """The compiled kernel for ``spec`` (loaded once per process)."""
-    return GemmKernel(spec, Path(cache_dir))
+def kernel_spec(w: Workload, cand: Candidate, anchor: str) -> KernelSpec:
+    """The kernel contraction ``anchor`` of ``cand`` runs: its parameters, the workload's dtype,
+    and the store orientation its result's layout wants (``cols`` when the m index is the
+    unit-stride one, as in a channel-major intermediate)."""
+    op = w.op(anchor)
+    form = gemm_form(op)
+    shape = w.shapes[anchor]
+    st = dict(zip(op.parallel, strides(shape, cand.layout(anchor, len(shape)))))
+    ext = dict(zip(op.parallel, shape))
 
-
-def _cache_size(text: str) -> int:
-    mult = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}.get(text[-1:].upper(), 1)
-    return int(text.rstrip("KMGkmg")) * mult
-
-
-@functools.lru_cache(maxsize=1)
-def machine_bounds() -> KernelBounds:
-    """What this machine allows the kernel: vector widths from the CPU's flags in
-    /proc/cpuinfo (AVX-512: 64 bytes and 32 vector registers; AVX2 with FMA: 32 bytes; else
-    16), cache sizes from /sys/devices/system/cpu/cpu0/cache, cores from the affinity mask.
-    Falls back to :class:`KernelBounds`'s defaults for what it cannot read."""
-    d = KernelBounds()
-    flags: set[str] = set()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    break
-    except OSError:
-        pass
-    if "avx512f" in flags:
-        widths, regs = (64, 32, 16), 32
-    elif {"avx2", "fma"} <= flags:
-        widths, regs = (32, 16), 16
-    elif flags:
-        widths, regs = (16,), 16
-    else:
-        widths, regs = d.vec_bytes, d.registers
-    sizes = {}
-    for idx in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
-        try:
-            level = int((idx / "level").read_text())
-            kind = (idx / "type").read_text().strip()
-            size = _cache_size((idx / "size").read_text().strip())
-        except (OSError, ValueError):
-            continue
-        if kind != "Instruction" and re.fullmatch(r"[123]", str(level)):
-            sizes[level] = size
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return KernelBounds(widths, regs, sizes.get(1, d.l1_bytes), sizes.get(2, d.l2_bytes),
-                        sizes.get(3, d.l3_bytes), cores)
+    def inner(group) -> int:
+        live = [i for i in group if ext[i] > 1]
+        return st[live[-1]] if live else 0
+    m_stride, n_stride = inner(form.m), inner(form.n)
+    rows = [i for i in form.m if ext[i] > 1]
+    store = STORE_COLS if m_stride == 1 and n_stride != 1 and rows else STORE_ROWS
+    params = cand.schedule(anchor).kernel   # None only in a hand-written candidate
+    if params is None:
+        params = default_params(machine_bounds(), 4 if w.dtype == "float32" else 8)
+    return KernelSpec(params, w.dtype, store)

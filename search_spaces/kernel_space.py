@@ -1,0 +1,69 @@
+"""The search space's questions about the generated contraction kernel (the ``kernel`` impl).
+
+A contraction run by the kernel is asked ``kernel:<contraction>:<name>`` for each of its
+:class:`~search_spaces.kernel.KernelParams` (the register tile as an index into the machine's
+tiles, the cache blocks, packing, the thread split, the loop order, streaming stores), among the
+legal values :func:`~search_spaces.kernel.kernel_options` gives for this machine.  Block sizes are
+listed for the default register tile; :func:`~search_spaces.kernel.legalize` rounds them to the
+tile chosen, so :func:`kernel_answer` maps a value back onto the option that rounds to it.
+Pure: no I/O.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from .gemm import gemm_form
+from .kernel import KernelBounds, KernelParams, kernel_options, legalize
+from .workload import Workload
+
+Choose = Callable[[str, Sequence], object]
+
+
+def _itemsize(w: Workload) -> int:
+    return 4 if w.dtype == "float32" else 8
+
+
+def kernel_question_options(bounds: KernelBounds, w: Workload, contraction: str
+                            ) -> dict[str, list]:
+    """The options of every ``kernel:<contraction>:<name>`` question, by name, in the order
+    :func:`kernel_params` asks them."""
+    op = w.op(contraction)
+    ext = dict(zip(op.domain, op.extents))
+    batch = 1
+    for i in gemm_form(op).batch:
+        batch *= ext[i]
+    o = kernel_options(bounds, _itemsize(w), batch)
+    return {"tile": list(range(len(o.tiles))), "mc": list(o.mc), "kc": list(o.kc),
+            "nc": list(o.nc), "pack_a": [1, 0], "pack_b": [1, 0], "split": list(o.splits),
+            "outer": list(o.outers), "stream": [0, 1]}
+
+
+def kernel_params(bounds: KernelBounds, w: Workload, contraction: str,
+                  choose: Choose) -> KernelParams:
+    """The kernel's parameters for ``contraction``, each asked through ``choose``."""
+    item = _itemsize(w)
+    o = kernel_options(bounds, item, 1)
+    opts = kernel_question_options(bounds, w, contraction)
+    ask = {name: choose(f"kernel:{contraction}:{name}", vals) for name, vals in opts.items()}
+    mr, nr = o.tiles[int(ask["tile"])]
+    p = KernelParams(mr, nr, int(ask["mc"]), int(ask["kc"]), int(ask["nc"]),
+                     bool(ask["pack_a"]), bool(ask["pack_b"]), str(ask["split"]),
+                     o.default.vec_bytes, str(ask["outer"]), bool(ask["stream"]))
+    return legalize(p, item)
+
+
+def kernel_answer(k: KernelParams | None, what: str, bounds: KernelBounds, w: Workload,
+                  opts: Sequence):
+    """The option of question ``kernel:<contraction>:<what>`` that yields ``k``'s value (the
+    first option for a schedule without parameters)."""
+    if k is None:
+        return opts[0]
+    if what == "tile":
+        tiles = kernel_options(bounds, _itemsize(w), 1).tiles
+        return tiles.index((k.mr, k.nr)) if (k.mr, k.nr) in tiles else opts[0]
+    if what in ("mc", "nc"):
+        unit, want = (k.mr, k.mc) if what == "mc" else (k.nr, k.nc)
+        return next((o for o in opts if max(unit, o // unit * unit) == want), opts[0])
+    if what in ("pack_a", "pack_b", "stream"):
+        return int(getattr(k, what))
+    return getattr(k, what)
