@@ -23,7 +23,8 @@ from .candidate import (IMPL_KERNEL, IMPL_LIBRARY, IMPL_LOOP, STANDALONE_IMPLS, 
                         GroupSchedule, make_candidate)
 from .gemm import gemm_form
 from .kernel import KernelBounds
-from .kernel_space import kernel_answer, kernel_params, kernel_question_options
+from .kernel_space import (ask_epilogues, kernel_answer, kernel_params, kernel_question_options,
+                           kernel_schedule)
 from .orders import OrderChoices, order_choices
 from .partition import groups, materialized, repair
 from .rewrite import Orders, rewrite
@@ -34,7 +35,8 @@ from .workload import Workload
 # Version of the candidate encoding (parameters, their meaning, Candidate JSON).  It is part of
 # every plan key (db.keys.PlanKey.for_env reads it): bump it whenever the encoding changes.
 # 2: contraction orders (the order:STMT parameters, Candidate.orders).
-# 3: the ``kernel`` contraction impl (GroupSchedule.kernel) and its kernel:<anchor>:* parameters.
+# 3: the ``kernel`` contraction impl (GroupSchedule.kernel), its kernel:<contraction>:* parameters
+#    and its epilogues (fuse:p->c of a kernel contraction, search_spaces.epilogue).
 SPACE_VERSION = "3"
 UNSPLIT = "none"          # the order:STMT answer that leaves the statement as written
 Choose = Callable[[str, Sequence], object]
@@ -204,17 +206,21 @@ class SearchSpace:
         w = self.w
         impl = {op.out: choose(f"impl:{op.out}", self.impl_options(op.out))
                 for op in w.ops if op.is_contraction}
+        # a kernel contraction's epilogue first: its group is the two ops, nothing else
+        epilogues = ask_epilogues(w, self.edges, self.forbid, self.force, impl, choose)
+        taken = {x for e in epilogues for x in e}
+        outside = lambda e: impl.get(e[0]) not in STANDALONE_IMPLS and \
+            impl.get(e[1]) not in STANDALONE_IMPLS and not taken & set(e)
         wanted = []
         for p, c in self.edges:
             if (p, c) in self.forbid:
                 continue
-            if impl.get(p) in STANDALONE_IMPLS or impl.get(c) in STANDALONE_IMPLS:
+            if not outside((p, c)):
                 continue  # a library GEMM or the kernel runs alone: operands and result materialized
             if (p, c) in self.force or choose(f"fuse:{p}->{c}", [0, 1]):
                 wanted.append((p, c))
-        forced = [e for e in self.force if impl.get(e[0]) not in STANDALONE_IMPLS
-                  and impl.get(e[1]) not in STANDALONE_IMPLS]
-        fused = repair(w, wanted, forced)
+        forced = [e for e in self.force if outside(e)]
+        fused = repair(w, wanted, epilogues + forced)
         return self.finish(fused, impl, choose, name)
 
     def impl_options(self, contraction: str) -> list[str]:
@@ -235,8 +241,9 @@ class SearchSpace:
         scheds = []
         for g in groups(w, fused):
             lone = len(g.members) == 1 and impl.get(g.anchor) in STANDALONE_IMPLS
-            if lone and impl[g.anchor] == IMPL_KERNEL:
-                params = kernel_params(self.kernel_bounds, w, g.anchor, choose)
+            kern = [m for m in g.members if impl.get(m) == IMPL_KERNEL]
+            if kern:        # alone, or with its epilogue (the group's anchor)
+                params = kernel_params(self.kernel_bounds, w, kern[0], choose)
                 scheds.append(GroupSchedule(g.anchor, tuple(w.op(g.anchor).out_shape),
                                             IMPL_KERNEL, params))
                 continue
@@ -270,10 +277,8 @@ def params_of(space: SearchSpace, cand: Candidate) -> dict[str, object] | None:
         if kind == "order":
             val = tree_text(trees[rest]) if rest in trees else UNSPLIT
         elif kind == "impl":
-            try:
-                val = cand.schedule(rest).impl
-            except KeyError:
-                val = IMPL_LOOP
+            sched = kernel_schedule(cand, rest)
+            val = sched.impl if sched is not None else IMPL_LOOP
         elif kind == "fuse":
             p, c = rest.split("->")
             val = int((p, c) in fused)
@@ -283,11 +288,9 @@ def params_of(space: SearchSpace, cand: Candidate) -> dict[str, object] | None:
             val = perms.index(perm) if perm in perms else 0
         elif kind == "kernel":
             anchor, what = rest.rsplit(":", 1)
-            try:
-                val = kernel_answer(cand.schedule(anchor).kernel, what, space.kernel_bounds,
-                                    space.w, opts)
-            except KeyError:
-                val = opts[-1]
+            sched = kernel_schedule(cand, anchor)
+            val = opts[-1] if sched is None else kernel_answer(sched.kernel, what,
+                                                               space.kernel_bounds, space.w, opts)
         else:
             anchor, k = rest.rsplit(":", 1)
             tiles = cand.schedule(anchor).tiles

@@ -32,6 +32,7 @@ from autotune.backends.cpu.codegen import generate, generate_units
 from autotune.backends.cpu.gemm_call import GemmKernel, kernel_spec
 from autotune.backends.cpu.gemm_driver import kernel_source
 from autotune.backends.cpu.gemm_kernel import KernelSpec
+from autotune.backends.cpu.kernel_group import KernelGroup, as3, view3
 
 
 def _openmp_waits_passively() -> None:
@@ -106,19 +107,6 @@ def load_gemm_kernel(spec: KernelSpec, cache_dir: str) -> GemmKernel:
     return GemmKernel(spec, compile_source(kernel_source(spec), Path(cache_dir)))
 
 
-def _as3(arr: np.ndarray, idx: tuple[str, ...], groups3) -> np.ndarray:
-    """View (or, if impossible, copy) of ``arr`` (indexed by ``idx``) as (batch, rows, cols)."""
-    order = [idx.index(i) for g in groups3 for i in g]
-    t = arr.transpose(order)
-    shape = [int(np.prod([arr.shape[idx.index(i)] for i in g], dtype=np.int64)) for g in groups3]
-    try:
-        v = t.view()
-        v.shape = shape      # raises if a view cannot express it
-        return v
-    except AttributeError:
-        return t.reshape(shape)
-
-
 def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``np.matmul`` of (batch, m, k) by (batch, k, n), with a batch of one passed as plain
     matrices: NumPy's stacked path ran a transposed 4096x64 @ 64x4096 operand 2.7x slower
@@ -156,9 +144,10 @@ class CompiledPlan:
         self.libs = {k.anchor: ctypes.CDLL(str(compile_source(src, cache_dir)))
                      for src, k in units}
         self.kernels = {k.anchor: k for _, k in units}
-        self.gemm_kernels = {s.anchor: load_gemm_kernel(kernel_spec(w, cand, s.anchor),
-                                                        str(cache_dir))
-                             for s in cand.schedules if s.impl == IMPL_KERNEL}
+        self.kernel_groups = {
+            s.anchor: KernelGroup(w, cand, s.anchor, load_gemm_kernel(
+                kernel_spec(w, cand, s.anchor), str(cache_dir)))
+            for s in cand.schedules if s.impl == IMPL_KERNEL}
         self.groups = groups(w, cand.fused_pairs)
         mats = materialized(w, cand.fused_pairs)
         self.storage: dict[str, np.ndarray] = {}
@@ -223,7 +212,7 @@ class CompiledPlan:
             if self.cand.schedule(g.anchor).impl == IMPL_LIBRARY:
                 self._gemm(g.anchor, env)
             elif self.cand.schedule(g.anchor).impl == IMPL_KERNEL:
-                self._kernel(g.anchor, env)
+                self.kernel_groups[g.anchor](env)
             else:
                 k = self.kernels[g.anchor]
                 ptrs = (ctypes.c_void_p * len(k.args))(*[storage[t].ctypes.data for t in k.args])
@@ -254,38 +243,13 @@ class CompiledPlan:
         times = timed_runs(first, run, warmup, repeats, cutoff)
         return last[0], times
 
-    def _views(self, name: str, env):
-        """The contraction ``name`` as (batch, rows, cols) arrays: its form, A and B (views, or
-        copies where no view exists), the result's view O (None where none exists) and the
-        result transposed to (batch, m, n) index order."""
+    def _gemm(self, name: str, env) -> None:
         op = self.w.op(name)
         f = gemm_form(op)
-        A = _as3(env[f.a.tensor], f.a.idx, (f.batch, f.m, f.k))
-        B = _as3(env[f.b.tensor], f.b.idx, (f.batch, f.k, f.n))
+        A = as3(env[f.a.tensor], f.a.idx, (f.batch, f.m, f.k))
+        B = as3(env[f.b.tensor], f.b.idx, (f.batch, f.k, f.n))
         out = env[name]
-        order = [op.parallel.index(i) for g in (f.batch, f.m, f.n) for i in g]
-        t = out.transpose(order)
-        shape = [int(np.prod([out.shape[op.parallel.index(i)] for i in g], dtype=np.int64))
-                 for g in (f.batch, f.m, f.n)]
-        O = t.view()
-        try:
-            O.shape = shape
-        except AttributeError:
-            O = None
-        return f, A, B, O, t
-
-    def _kernel(self, name: str, env) -> None:
-        """The generated kernel, straight into the result in its layout (its scale as alpha)."""
-        f, A, B, O, t = self._views(name, env)
-        target = O if O is not None else np.empty((A.shape[0], A.shape[1], B.shape[2]),
-                                                  dtype=self.dtype)
-        self.gemm_kernels[name](A, B, target, f.scale)
-        if O is None:
-            t[...] = target.reshape(t.shape)
-
-    def _gemm(self, name: str, env) -> None:
-        f, A, B, O, t = self._views(name, env)
-        out = env[name]
+        t, O = view3(out, op.parallel, (f.batch, f.m, f.n))
         if O is not None and _blasable(O) and O.strides[-1] == O.itemsize:
             _matmul(A, B, O)
         elif O is not None and _blasable(O):

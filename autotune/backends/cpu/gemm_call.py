@@ -13,20 +13,25 @@ from pathlib import Path
 import numpy as np
 
 from search_spaces.candidate import Candidate
+from search_spaces.epilogue import Epilogue, kernel_parts
 from search_spaces.footprint import strides
 from search_spaces.gemm import gemm_form
 from search_spaces.kernel import default_params
 from search_spaces.workload import Workload
 
 from autotune.backends.cpu.gemm_driver import ENTRY
-from autotune.backends.cpu.gemm_kernel import STORE_COLS, STORE_ROWS, KernelSpec
+from autotune.backends.cpu.gemm_epilogue import epilogue_code
+from autotune.backends.cpu.gemm_kernel import IDENTITY, STORE_COLS, STORE_ROWS, KernelSpec
 from autotune.backends.cpu.machine import machine_bounds
 
 
 class GemmKernel:
     """One compiled kernel: ``kernel(a, b, c, alpha, extra)`` sets ``c[i] = epilogue(alpha *
     a[i] @ b[i])`` for 3-d arrays ``a`` (batch, m, k), ``b`` (batch, k, n), ``c`` (batch, m, n)
-    of the spec's dtype, in any strides (a batch stride of 0 broadcasts an operand)."""
+    of the spec's dtype, in any strides (a batch stride of 0 broadcasts an operand).  ``extra``:
+    the arrays the spec's transforms read, in ``spec.args`` order; a 3-d one (batch, m, n, any
+    strides, 0 to broadcast) hands its strides to the kernel as ``x->NAME_b/_r/_c`` (and each
+    batch item sees its own), any other is read as the transform indexes it."""
 
     def __init__(self, spec: KernelSpec, library: Path):
         self.spec = spec
@@ -60,7 +65,13 @@ class GemmKernel:
         sb = st(b)
         if b.shape[0] == 1:
             sb[0] = 0
-        dims = (ctypes.c_long * 13)(nb, m, b.shape[2], k, *st(a), *sb, *st(c))
+        for x in extra:
+            if x.dtype != self.dtype or any(s % it for s in x.strides):
+                raise ValueError(f"extra arrays must be {self.dtype} in whole-element strides")
+            if x.ndim == 3 and (x.shape[0] not in (nb, 1) or x.shape[1:] != (m, c.shape[2])):
+                raise ValueError(f"extra array of shape {x.shape} does not match {c.shape}")
+        xst = [v for x in extra for v in (st(x) if x.ndim == 3 else (0, 0, 0))]
+        dims = (ctypes.c_long * (13 + len(xst)))(nb, m, b.shape[2], k, *st(a), *sb, *st(c), *xst)
         xs = (ctypes.c_void_p * max(1, len(extra)))(*[x.ctypes.data for x in extra])
         self._fn(a.ctypes.data, b.ctypes.data, c.ctypes.data, dims, float(alpha), xs)
 
@@ -74,14 +85,17 @@ def store_for(c: np.ndarray) -> str:
 
 
 def kernel_spec(w: Workload, cand: Candidate, anchor: str) -> KernelSpec:
-    """The kernel contraction ``anchor`` of ``cand`` runs: its parameters, the workload's dtype,
-    and the store orientation its result's layout wants (``cols`` when the m index is the
-    unit-stride one, as in a channel-major intermediate)."""
-    op = w.op(anchor)
+    """The kernel that the group anchored at ``anchor`` runs: its parameters, the workload's
+    dtype, its epilogue (:mod:`search_spaces.epilogue`), and the store orientation the
+    result's layout wants (``cols`` when the m index is the unit-stride one, as in a
+    channel-major intermediate).  The result is the epilogue's output where there is one."""
+    p, epi = kernel_parts(w, cand.fused_pairs, anchor)
+    op = w.op(p)
     form = gemm_form(op)
-    shape = w.shapes[anchor]
-    st = dict(zip(op.parallel, strides(shape, cand.layout(anchor, len(shape)))))
-    ext = dict(zip(op.parallel, shape))
+    out, idx = result_of(w, p, epi)
+    shape = w.shapes[out]
+    st = dict(zip(idx, strides(shape, cand.layout(out, len(shape)))))
+    ext = dict(zip(op.parallel, op.out_shape))
 
     def inner(group) -> int:
         live = [i for i in group if ext[i] > 1]
@@ -92,4 +106,15 @@ def kernel_spec(w: Workload, cand: Candidate, anchor: str) -> KernelSpec:
     params = cand.schedule(anchor).kernel   # None only in a hand-written candidate
     if params is None:
         params = default_params(machine_bounds(), 4 if w.dtype == "float32" else 8)
-    return KernelSpec(params, w.dtype, store)
+    layout_of = lambda t: cand.layout(t, len(w.shapes[t]))
+    epilogue = epilogue_code(w, epi, layout_of)[0] if epi is not None else IDENTITY
+    return KernelSpec(params, w.dtype, store, epilogue=epilogue)
+
+
+def result_of(w: Workload, p: str, epi: Epilogue | None) -> tuple[str, tuple[str, ...]]:
+    """The tensor a kernel group stores (the contraction's result, or its epilogue's) and its
+    subscript in the contraction's index names."""
+    if epi is None:
+        return p, w.op(p).parallel
+    to_p = epi.to_contraction(w)
+    return epi.consumer, tuple(to_p[i] for i in w.op(epi.consumer).parallel)
