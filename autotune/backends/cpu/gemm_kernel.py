@@ -122,6 +122,8 @@ def micro_kernel(s: KernelSpec, name: str, packed_a: bool) -> str:
     for i in range(mr):
         lines.append("    " + " ".join(f"*(V *)(t + {i * p.nr + j * lanes}) = {acc[i][j]};"
                                          for j in range(nv)))
+    if not s.epilogue.identity:
+        lines += _full_tile_epilogue(epi)
     lines += ["    for (long i = 0; i < m; i++) {",
               "      T *restrict ci = c + i * c_rs;",
               "      #pragma omp simd",
@@ -132,6 +134,20 @@ def micro_kernel(s: KernelSpec, name: str, packed_a: bool) -> str:
               "        ci[j * c_cs] = v;",
               "      }", "    }", "  }", "}"]
     return "\n".join(lines)
+
+
+def _full_tile_epilogue(epi: str) -> list[str]:
+    """The last K slice of a full tile of unit column stride: the epilogue over each row of
+    the scratch tile in a loop of constant trip count and unit stride, which vectorises (glibc's
+    vector exp for a sigmoid gate); the general loop below has run-time strides and sizes."""
+    body = lambda add: ["      T *restrict ci = c + i * c_rs;", "      #pragma omp simd",
+                        "      for (long j = 0; j < NR; j++) {",
+                        f"        T v = alpha * t[i * NR + j]{add};", f"        ci[j] = {epi};",
+                        "      }"]
+    return ["    if (m == MR && n == NR && c_cs == 1) {",
+            "      if (first) for (long i = 0; i < MR; i++) {", *body(""), "      }",
+            "      else for (long i = 0; i < MR; i++) {", *body(" + ci[j]"), "      }",
+            "      return;", "    }"]
 
 
 def _prefetch_c(s: KernelSpec) -> list[str]:
