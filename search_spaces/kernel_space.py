@@ -6,15 +6,16 @@ tiles, the cache blocks, packing, the thread split, the loop order, streaming st
 legal values :func:`~search_spaces.kernel.kernel_options` gives for this machine.  Block sizes are
 listed for the default register tile; :func:`~search_spaces.kernel.legalize` rounds them to the
 tile chosen, so :func:`kernel_answer` maps a value back onto the option that rounds to it.
-A kernel contraction may also take an elementwise consumer as its epilogue
-(:mod:`search_spaces.epilogue`): :func:`ask_epilogues` asks those fusions.  Pure: no I/O.
+A kernel contraction may also take an elementwise consumer as its epilogue and the elementwise
+producers of its operands as prologues (:mod:`search_spaces.kernel_fusion`):
+:func:`ask_kernel_fusions` asks those fusions.  Pure: no I/O.
 """
 from __future__ import annotations
 
 from typing import Callable, Sequence
 
 from .candidate import IMPL_KERNEL, Candidate, GroupSchedule
-from .epilogue import epilogue_of
+from .kernel_fusion import epilogue_of, prologue_of
 from .gemm import gemm_form
 from .kernel import KernelBounds, KernelParams, kernel_options, legalize
 from .workload import Workload
@@ -72,29 +73,32 @@ def kernel_answer(k: KernelParams | None, what: str, bounds: KernelBounds, w: Wo
     return getattr(k, what)
 
 
-def ask_epilogues(w: Workload, edges, forbid, force, impl: dict[str, str],
-                  choose: Choose) -> list[tuple[str, str]]:
-    """The epilogue edges of a candidate: ``fuse:p->c`` asked (or forced) for every kernel
-    contraction ``p`` and consumer ``c`` that :func:`search_spaces.epilogue.epilogue_of`
-    allows, at most one contraction per consumer (the first in edge order that says yes), and
-    none where a forced edge outside it touches ``c`` (the loop fusion it asks for wins)."""
+def ask_kernel_fusions(w: Workload, edges, forbid, force, impl: dict[str, str],
+                       choose: Choose) -> list[tuple[str, str]]:
+    """The fused edges of kernel groups (:mod:`search_spaces.kernel_fusion`): ``fuse:p->c``
+    asked (or forced) for every kernel contraction ``p`` and consumer ``c`` that may be its
+    epilogue, then ``fuse:q->p`` for every producer ``q`` that may be its prologue.  An op
+    joins one kernel group at most (the first edge in edge order that says yes), and none
+    where a forced edge outside the group touches it (the loop fusion it asks for wins)."""
     out: list[tuple[str, str]] = []
     taken: set[str] = set()
-    for p, c in edges:
-        if impl.get(p) != IMPL_KERNEL or (p, c) in forbid or c in taken \
-                or epilogue_of(w, p, c) is None:
-            continue
-        if any(c in e and e != (p, c) for e in force):
-            continue
-        if (p, c) in force or choose(f"fuse:{p}->{c}", [0, 1]):
-            out.append((p, c))
-            taken.add(c)
+    for epilogue in (True, False):
+        for p, c in edges:
+            kern, other = (p, c) if epilogue else (c, p)
+            legal = epilogue_of(w, p, c) if epilogue else prologue_of(w, p, c)
+            if impl.get(kern) != IMPL_KERNEL or (p, c) in forbid or other in taken \
+                    or legal is None or any(other in e and e != (p, c) for e in force):
+                continue
+            if (p, c) in force or choose(f"fuse:{p}->{c}", [0, 1]):
+                out.append((p, c))
+                taken.add(other)
     return out
 
 
 def kernel_schedule(cand: Candidate, contraction: str) -> GroupSchedule | None:
-    """The schedule of the group that runs ``contraction``: its own, or that of the consumer
-    it is fused into as an epilogue (None where it is fused deeper, into a loop group)."""
+    """The schedule of the group that runs ``contraction``: its own (alone or with prologues),
+    or that of the consumer fused into it as an epilogue (None where it is fused deeper,
+    into a loop group)."""
     for s in cand.schedules:
         if s.anchor == contraction or f"{contraction}->{s.anchor}" in cand.fused:
             return s

@@ -23,7 +23,7 @@ from .candidate import (IMPL_KERNEL, IMPL_LIBRARY, IMPL_LOOP, STANDALONE_IMPLS, 
                         GroupSchedule, make_candidate)
 from .gemm import gemm_form
 from .kernel import KernelBounds
-from .kernel_space import (ask_epilogues, kernel_answer, kernel_params, kernel_question_options,
+from .kernel_space import (ask_kernel_fusions, kernel_answer, kernel_params, kernel_question_options,
                            kernel_schedule)
 from .orders import OrderChoices, order_choices
 from .partition import groups, materialized, repair
@@ -36,7 +36,7 @@ from .workload import Workload
 # every plan key (db.keys.PlanKey.for_env reads it): bump it whenever the encoding changes.
 # 2: contraction orders (the order:STMT parameters, Candidate.orders).
 # 3: the ``kernel`` contraction impl (GroupSchedule.kernel), its kernel:<contraction>:* parameters
-#    and its epilogues (fuse:p->c of a kernel contraction, search_spaces.epilogue).
+#    and its fusions (fuse:p->c into a kernel contraction's group, search_spaces.kernel_fusion).
 SPACE_VERSION = "3"
 UNSPLIT = "none"          # the order:STMT answer that leaves the statement as written
 Choose = Callable[[str, Sequence], object]
@@ -206,9 +206,9 @@ class SearchSpace:
         w = self.w
         impl = {op.out: choose(f"impl:{op.out}", self.impl_options(op.out))
                 for op in w.ops if op.is_contraction}
-        # a kernel contraction's epilogue first: its group is the two ops, nothing else
-        epilogues = ask_epilogues(w, self.edges, self.forbid, self.force, impl, choose)
-        taken = {x for e in epilogues for x in e}
+        # a kernel contraction's epilogue and prologues first: its group is those, nothing else
+        kernel_fused = ask_kernel_fusions(w, self.edges, self.forbid, self.force, impl, choose)
+        taken = {x for e in kernel_fused for x in e}
         outside = lambda e: impl.get(e[0]) not in STANDALONE_IMPLS and \
             impl.get(e[1]) not in STANDALONE_IMPLS and not taken & set(e)
         wanted = []
@@ -220,7 +220,7 @@ class SearchSpace:
             if (p, c) in self.force or choose(f"fuse:{p}->{c}", [0, 1]):
                 wanted.append((p, c))
         forced = [e for e in self.force if outside(e)]
-        fused = repair(w, wanted, epilogues + forced)
+        fused = repair(w, wanted, kernel_fused + forced)
         return self.finish(fused, impl, choose, name)
 
     def impl_options(self, contraction: str) -> list[str]:

@@ -13,15 +13,15 @@ from pathlib import Path
 import numpy as np
 
 from search_spaces.candidate import Candidate
-from search_spaces.epilogue import Epilogue, kernel_parts
+from search_spaces.kernel_fusion import Epilogue, KernelParts, kernel_parts
 from search_spaces.footprint import strides
 from search_spaces.gemm import gemm_form
 from search_spaces.kernel import default_params
 from search_spaces.workload import Workload
 
 from autotune.backends.cpu.gemm_driver import ENTRY
-from autotune.backends.cpu.gemm_epilogue import epilogue_code
-from autotune.backends.cpu.gemm_kernel import IDENTITY, STORE_COLS, STORE_ROWS, KernelSpec
+from autotune.backends.cpu.gemm_kernel import STORE_COLS, STORE_ROWS, KernelSpec
+from autotune.backends.cpu.gemm_transforms import kernel_transforms
 from autotune.backends.cpu.machine import machine_bounds
 
 
@@ -29,9 +29,10 @@ class GemmKernel:
     """One compiled kernel: ``kernel(a, b, c, alpha, extra)`` sets ``c[i] = epilogue(alpha *
     a[i] @ b[i])`` for 3-d arrays ``a`` (batch, m, k), ``b`` (batch, k, n), ``c`` (batch, m, n)
     of the spec's dtype, in any strides (a batch stride of 0 broadcasts an operand).  ``extra``:
-    the arrays the spec's transforms read, in ``spec.args`` order; a 3-d one (batch, m, n, any
-    strides, 0 to broadcast) hands its strides to the kernel as ``x->NAME_b/_r/_c`` (and each
-    batch item sees its own), any other is read as the transform indexes it."""
+    the arrays the spec's transforms read, in ``spec.args`` order; a 3-d one (over the batch
+    and the rows and cols of C, A or B, any strides, 0 to broadcast) hands its strides to the
+    kernel as ``x->NAME_b/_r/_c`` (and each batch item sees its own), any other is read as the
+    transform indexes it."""
 
     def __init__(self, spec: KernelSpec, library: Path):
         self.spec = spec
@@ -68,8 +69,11 @@ class GemmKernel:
         for x in extra:
             if x.dtype != self.dtype or any(s % it for s in x.strides):
                 raise ValueError(f"extra arrays must be {self.dtype} in whole-element strides")
-            if x.ndim == 3 and (x.shape[0] not in (nb, 1) or x.shape[1:] != (m, c.shape[2])):
-                raise ValueError(f"extra array of shape {x.shape} does not match {c.shape}")
+            # over (batch, m, n) for an epilogue, (batch, m, k) or (batch, k, n) for a prologue
+            if x.ndim == 3 and (x.shape[0] not in (nb, 1) or x.shape[1:] not in (
+                    (m, c.shape[2]), (m, k), (k, c.shape[2]))):
+                raise ValueError(f"extra array of shape {x.shape} fits no operand of "
+                                 f"{a.shape} @ {b.shape}")
         xst = [v for x in extra for v in (st(x) if x.ndim == 3 else (0, 0, 0))]
         dims = (ctypes.c_long * (13 + len(xst)))(nb, m, b.shape[2], k, *st(a), *sb, *st(c), *xst)
         xs = (ctypes.c_void_p * max(1, len(extra)))(*[x.ctypes.data for x in extra])
@@ -86,10 +90,11 @@ def store_for(c: np.ndarray) -> str:
 
 def kernel_spec(w: Workload, cand: Candidate, anchor: str) -> KernelSpec:
     """The kernel that the group anchored at ``anchor`` runs: its parameters, the workload's
-    dtype, its epilogue (:mod:`search_spaces.epilogue`), and the store orientation the
+    dtype, its fusions (:mod:`search_spaces.kernel_fusion`), and the store orientation the
     result's layout wants (``cols`` when the m index is the unit-stride one, as in a
     channel-major intermediate).  The result is the epilogue's output where there is one."""
-    p, epi = kernel_parts(w, cand.fused_pairs, anchor)
+    parts = kernel_parts(w, cand.fused_pairs, anchor)
+    p, epi = parts.contraction, parts.epilogue
     op = w.op(p)
     form = gemm_form(op)
     out, idx = result_of(w, p, epi)
@@ -106,9 +111,8 @@ def kernel_spec(w: Workload, cand: Candidate, anchor: str) -> KernelSpec:
     params = cand.schedule(anchor).kernel   # None only in a hand-written candidate
     if params is None:
         params = default_params(machine_bounds(), 4 if w.dtype == "float32" else 8)
-    layout_of = lambda t: cand.layout(t, len(w.shapes[t]))
-    epilogue = epilogue_code(w, epi, layout_of)[0] if epi is not None else IDENTITY
-    return KernelSpec(params, w.dtype, store, epilogue=epilogue)
+    hooks, _ = kernel_transforms(w, parts, lambda t: cand.layout(t, len(w.shapes[t])))
+    return KernelSpec(params, w.dtype, store, **hooks)
 
 
 def result_of(w: Workload, p: str, epi: Epilogue | None) -> tuple[str, tuple[str, ...]]:
@@ -118,3 +122,16 @@ def result_of(w: Workload, p: str, epi: Epilogue | None) -> tuple[str, tuple[str
         return p, w.op(p).parallel
     to_p = epi.to_contraction(w)
     return epi.consumer, tuple(to_p[i] for i in w.op(epi.consumer).parallel)
+
+
+def operand_source(w: Workload, parts: KernelParts, which: str) -> tuple[str, tuple[str, ...]]:
+    """The tensor the kernel packs as the contraction's operand ``which`` ("a" or "b"): the
+    operand itself, or its prologue's main input; with its subscript in the contraction's
+    index names."""
+    form = gemm_form(w.op(parts.contraction))
+    pro = parts.prologue_a if which == "a" else parts.prologue_b
+    if pro is None:
+        read = form.a if which == "a" else form.b
+        return read.tensor, read.idx
+    to_p = pro.to_contraction(w)
+    return pro.main, tuple(to_p[i] for i in pro.main_idx)

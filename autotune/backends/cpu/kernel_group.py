@@ -8,12 +8,12 @@ from __future__ import annotations
 import numpy as np
 
 from search_spaces.candidate import Candidate
-from search_spaces.epilogue import kernel_parts
+from search_spaces.kernel_fusion import kernel_parts
 from search_spaces.gemm import gemm_form
 from search_spaces.workload import Workload
 
-from autotune.backends.cpu.gemm_call import GemmKernel, result_of
-from autotune.backends.cpu.gemm_epilogue import epilogue_arrays, epilogue_code
+from autotune.backends.cpu.gemm_call import GemmKernel, operand_source, result_of
+from autotune.backends.cpu.gemm_transforms import kernel_transforms, transform_arrays
 
 
 def view3(arr: np.ndarray, idx: tuple[str, ...], groups3) -> tuple[np.ndarray, np.ndarray | None]:
@@ -44,22 +44,20 @@ class KernelGroup:
 
     def __init__(self, w: Workload, cand: Candidate, anchor: str, kernel: GemmKernel):
         self.w, self.kernel = w, kernel
-        self.p, self.epi = kernel_parts(w, cand.fused_pairs, anchor)
-        self.form = gemm_form(w.op(self.p))
-        self.out, self.idx = result_of(w, self.p, self.epi)
-        layout_of = lambda t: cand.layout(t, len(w.shapes[t]))
-        self.operands = (epilogue_code(w, self.epi, layout_of)[1] if self.epi is not None
-                         else ())
+        parts = kernel_parts(w, cand.fused_pairs, anchor)
+        self.form = gemm_form(w.op(parts.contraction))
+        self.a, self.b = operand_source(w, parts, "a"), operand_source(w, parts, "b")
+        self.out, self.idx = result_of(w, parts.contraction, parts.epilogue)
+        self.extras = kernel_transforms(w, parts, lambda t: cand.layout(t, len(w.shapes[t])))[1]
 
     def __call__(self, env: dict[str, np.ndarray]) -> None:
         f = self.form
-        a = as3(env[f.a.tensor], f.a.idx, (f.batch, f.m, f.k))
-        b = as3(env[f.b.tensor], f.b.idx, (f.batch, f.k, f.n))
+        a = as3(env[self.a[0]], self.a[1], (f.batch, f.m, f.k))
+        b = as3(env[self.b[0]], self.b[1], (f.batch, f.k, f.n))
         t, c = view3(env[self.out], self.idx, (f.batch, f.m, f.n))
         target = c if c is not None else np.empty((a.shape[0], a.shape[1], b.shape[2]),
                                                   dtype=a.dtype)
-        extra = (epilogue_arrays(self.w, self.epi, f, self.operands, env)
-                 if self.epi is not None else ())
+        extra = transform_arrays(self.w, self.extras, env)
         self.kernel(a, b, target, f.scale, extra)     # the contraction's scale as alpha
         if c is None:
             t[...] = target.reshape(t.shape)

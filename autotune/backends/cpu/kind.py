@@ -86,7 +86,7 @@ class CpuBackendKind:
         from autotune.backends.cpu.executor import CFLAGS
         from autotune.backends.cpu.gemm_call import kernel_spec
         from autotune.backends.cpu.gemm_driver import ENTRY, kernel_source
-        from search_spaces.epilogue import kernel_parts
+        from search_spaces.kernel_fusion import kernel_parts
         from search_spaces.rewrite import rewritten
         w = rewritten(w, cand)             # the candidate's contraction orders applied
         src, kernels = generate(w, cand)
@@ -99,10 +99,13 @@ class CpuBackendKind:
         for s in cand.schedules:
             if s.impl == IMPL_KERNEL:
                 files[f"kernel_{s.anchor}.c"] = kernel_source(kernel_spec(w, cand, s.anchor))
-                p, epi = kernel_parts(w, cand.fused_pairs, s.anchor)
-                tail = f"  epilogue {w.op(s.anchor).text()}" if epi is not None else ""
+                parts = kernel_parts(w, cand.fused_pairs, s.anchor)
+                named = (("prologue A", parts.prologue_a and parts.prologue_a.producer),
+                         ("prologue B", parts.prologue_b and parts.prologue_b.producer),
+                         ("epilogue", parts.epilogue and parts.epilogue.consumer))
+                fusions = "".join(f"  {what} {w.op(op).text()}" for what, op in named if op)
                 notes.append(f"kernel_{s.anchor}.c: {ENTRY}(A, B, C, dims, alpha, extra)  "
-                             f"generated GEMM kernel  {w.op(p).text()}{tail}")
+                             f"generated GEMM kernel  {w.op(parts.contraction).text()}{fusions}")
             elif s.anchor not in loop:
                 notes.append(f"{s.anchor}: library GEMM (NumPy matmul / BLAS)  "
                              f"{w.op(s.anchor).text()}")

@@ -15,7 +15,7 @@ from autotune.backends.factory import backend_kind
 from autotune.reference import reference
 from search_spaces import load_workload
 from search_spaces.candidate import IMPL_KERNEL, Candidate
-from search_spaces.epilogue import epilogue_of, kernel_parts
+from search_spaces.kernel_fusion import epilogue_of, kernel_parts
 from search_spaces.partition import groups
 from search_spaces.space import SearchSpace, params_of
 from tests.search_spaces.test_orders import workload
@@ -49,9 +49,9 @@ def epilogues(w, cand) -> dict[str, str]:
     out = {}
     for s in cand.schedules:
         if s.impl == IMPL_KERNEL:
-            p, epi = kernel_parts(w, cand.fused_pairs, s.anchor)
-            if epi is not None:
-                out[s.anchor] = p
+            parts = kernel_parts(w, cand.fused_pairs, s.anchor)
+            if parts.epilogue is not None:
+                out[s.anchor] = parts.contraction
     return out
 
 

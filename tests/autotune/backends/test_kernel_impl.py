@@ -15,7 +15,7 @@ from autotune.backends.cpu.executor import CompiledPlan
 from autotune.backends.factory import backend_kind
 from autotune.reference import reference
 from search_spaces.candidate import IMPL_KERNEL, IMPL_LIBRARY, Candidate
-from search_spaces.epilogue import kernel_parts
+from search_spaces.kernel_fusion import kernel_parts
 from search_spaces.gemm import gemm_form
 from search_spaces.kernel_space import kernel_schedule
 from search_spaces.plans import named_plan
@@ -65,7 +65,7 @@ def test_kernel_only_space_table():
         cand = space.random(np.random.default_rng(s))
         for op in w.ops:
             if gemm_form(op) is not None:
-                # its own group's, or its epilogue's (search_spaces.epilogue)
+                # its own group's, or its epilogue's (search_spaces.kernel_fusion)
                 assert kernel_schedule(cand, op.out).impl == IMPL_KERNEL
 
 
@@ -121,7 +121,7 @@ def test_cost_model_charges_the_kernels_passes_over_c(small):
                        for s in cand.schedules)
         c = Candidate(cand.fused, cand.layouts, scheds)
         return next(g for g in costmodel.estimate(w, c, dev).groups if g.anchor == anchor)
-    op = w.op(kernel_parts(w, cand.fused_pairs, anchor)[0])    # the contraction it runs
+    op = w.op(kernel_parts(w, cand.fused_pairs, anchor).contraction)
     k = int(np.prod([dict(zip(op.domain, op.extents))[i] for i in gemm_form(op).k]))
     deep, shallow = with_kc(k), with_kc(max(1, k // 4))
     assert shallow.bytes > deep.bytes          # each extra K slice reads and writes C again
