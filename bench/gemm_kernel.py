@@ -12,7 +12,9 @@ GFLOP/s.  The kernel runs with the machine's default parameters
 (``search_spaces.kernel.default_params``) and with every ``--variant`` (overrides of
 :class:`search_spaces.kernel.KernelParams` fields).  The JSON record, with the command, the
 load average before and after and the BLAS kernel NumPy uses, goes to
-``<out>/gemm-kernel-<dtype>.json``.
+``<out>/gemm-kernel-<dtype>.json``.  The machine's float32 FMA peak is measured first
+(``autotune.backends.cpu.calibrate.measure_peak_flops``): peak / BLAS rate, recorded per shape
+as ``peak_vs_blas``, is the most any kernel could gain over BLAS there.
 """
 from __future__ import annotations
 
@@ -74,8 +76,9 @@ def parse_variant(text: str) -> dict:
     out = {}
     for item in text.split(","):
         key, _, val = item.partition("=")
-        out[key.strip()] = (val.lower() in ("1", "true", "on") if key.strip().startswith("pack")
-                            else val if key.strip() == "split" else int(val))
+        out[key.strip()] = (val.lower() in ("1", "true", "on")
+                            if key.strip().startswith(("pack", "stream"))
+                            else val if key.strip() in ("split", "outer") else int(val))
     return out
 
 
@@ -89,7 +92,8 @@ def check(got, a, b, rows) -> float:
 def bench_shape(shape, dtype, variants, rounds, seed, cache_dir, log) -> dict:
     import numpy as np
     from search_spaces.kernel import KernelParams
-    from autotune.backends.cpu.gemm_call import load_kernel, store_for
+    from autotune.backends.cpu.executor import load_gemm_kernel
+    from autotune.backends.cpu.gemm_call import store_for
     from autotune.backends.cpu.gemm_kernel import KernelSpec
     nb, m, n, k = shape
     rng = np.random.default_rng(seed)
@@ -101,7 +105,7 @@ def bench_shape(shape, dtype, variants, rounds, seed, cache_dir, log) -> dict:
     params: dict[str, KernelParams] = {}
     for name, p in variants.items():
         c = outs[name] = np.empty((nb, m, n), dtype=dtype)
-        kern = load_kernel(KernelSpec(p, dtype, store_for(c)), str(cache_dir))
+        kern = load_gemm_kernel(KernelSpec(p, dtype, store_for(c)), str(cache_dir))
         params[name] = p
         calls[name] = (lambda kern=kern, c=c: kern(a, b, c))
     rows = np.unique(rng.integers(0, m, size=min(m, 512)))
@@ -153,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--rounds must be at least 1")
     import numpy as np
     from search_spaces.kernel import default_params, legalize
-    from autotune.backends.cpu.gemm_call import machine_bounds
+    from autotune.backends.cpu.calibrate import measure_peak_flops
+    from autotune.backends.cpu.machine import machine_bounds
 
     command = [sys.executable, *sys.argv] if argv is None else [sys.executable, __file__, *argv]
     item = np.dtype(args.dtype).itemsize
@@ -164,19 +169,26 @@ def main(argv: list[str] | None = None) -> int:
         variants[text] = legalize(replace(base, **parse_variant(text)), item)
     load_before = os.getloadavg()
     blas = blas_core()
-    print(f"numpy {np.__version__}, BLAS {blas.get('corename')} ({blas.get('library')}), "
-          f"OPENBLAS_CORETYPE={blas['OPENBLAS_CORETYPE']}; load {load_before[0]:.1f}", flush=True)
-    results = []
     with tempfile.TemporaryDirectory(prefix="gemm-kernel-") as cache:
+        # the machine's float32 FMA peak (calibrate's FMA chains): no kernel can pass it, so
+        # peak / BLAS rate bounds the ratio any kernel can reach on a shape
+        peak = measure_peak_flops(3, 20_000_000, Path(cache)) / 1e9
+        print(f"numpy {np.__version__}, BLAS {blas.get('corename')} ({blas.get('library')}), "
+              f"OPENBLAS_CORETYPE={blas['OPENBLAS_CORETYPE']}; load {load_before[0]:.1f}; "
+              f"float32 FMA peak {peak:.0f} GFLOP/s", flush=True)
+        results = []
         for text in args.shapes.split(","):
-            results.append(bench_shape(parse_shape(text), args.dtype, variants, args.rounds,
-                                       args.seed, Path(cache), lambda s: print(s, flush=True)))
+            res = bench_shape(parse_shape(text), args.dtype, variants, args.rounds, args.seed,
+                              Path(cache), lambda s: print(s, flush=True))
+            res["peak_vs_blas"] = peak / res["gflops"]["blas"]
+            results.append(res)
     load_after = os.getloadavg()
     rec = {"command": shlex.join(command), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "dtype": args.dtype, "rounds": args.rounds, "statistic": "median of interleaved rounds",
            "load_average_before": load_before, "load_average_after": load_after,
            "cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
            "numpy": np.__version__, "blas": blas, "machine_bounds": bounds.to_dict(),
+           "float32_fma_peak_gflops": peak,
            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "results": results}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -76,6 +76,7 @@ class DeviceSpec:
     gemm_shapes: GemmShapes = GemmShapes()
     access: AccessCosts = AccessCosts()
     functions: FunctionCosts = FunctionCosts()
+    kernel_flops: float = 0.0  # the generated contraction kernel on large shapes (0: gemm_flops)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -2,7 +2,8 @@
 (:mod:`costmodel.correction`).  Pure, no I/O.
 
 Each feature says where the analytic model puts a candidate's time, or how it priced it: shares
-of the time by kind of kernel (library GEMMs, memory-bound loops, loops that reduce), layout
+of the time by kind of kernel (library GEMMs, the generated contraction kernel, memory-bound
+loops, loops that reduce), layout
 copies, recomputation, transcendentals, bytes moved per byte touched, the number of groups and
 tiles, and (time-weighted over the generated loops) the share of cores the tiles keep busy, the
 flop rate the model assumed and the tile size.  A residual of the model that follows one of
@@ -11,6 +12,8 @@ these (a kind of kernel it over- or under-rates on this device) is what the corr
 from __future__ import annotations
 
 import math
+
+from search_spaces.candidate import IMPL_KERNEL, IMPL_LIBRARY, STANDALONE_IMPLS
 
 from .devices import DeviceSpec
 from .estimate import CostEstimate
@@ -31,6 +34,7 @@ FEATURES = (
     "log_loop_rate",         # time-weighted ln(flop rate the model gives a compute-bound
                              # loop / the device's loop rate): its SIMD and occupancy penalties
     "log_tile_elems",        # time-weighted ln(elements per anchor tile)
+    "kernel_share",          # analytic time in the generated contraction kernel / total
 )
 
 
@@ -38,11 +42,14 @@ def features(w, est: CostEstimate, dev: DeviceSpec) -> tuple[float, ...]:
     """The feature vector (in :data:`FEATURES` order) of a candidate's cost breakdown ``est``
     on ``dev``; ``w`` is its workload (for the tile counts)."""
     total = max(est.total_s, 1e-12)
-    lib = [g for g in est.groups if g.impl == "library"]
-    loops = [g for g in est.groups if g.impl != "library"]
+    lib = [g for g in est.groups if g.impl == IMPL_LIBRARY]
+    kern = [g for g in est.groups if g.impl == IMPL_KERNEL]
+    loops = [g for g in est.groups if g.impl not in STANDALONE_IMPLS]
     flops = max(sum(g.flops for g in est.groups), 1.0)
     moved = sum(g.bytes for g in est.groups)
     touched = max(sum(g.unique_bytes for g in est.groups), 1.0)
+    # a kernel group's bytes include its blocking's re-reads: only a library GEMM's excess is
+    # all layout copies
     copies = sum(max(g.bytes - g.unique_bytes, 0.0) for g in lib) / dev.bandwidth
     loop_s = sum(g.predicted_s for g in loops)
     tiles = occ = rate = elems = reducing = 0.0
@@ -77,4 +84,5 @@ def features(w, est: CostEstimate, dev: DeviceSpec) -> tuple[float, ...]:
             math.log(max(moved, 1.0) / touched),
             math.log(max(len(est.groups), 1)),
             sum(len(g.fused) for g in est.groups) / max(len(w.ops), 1),
-            math.log1p(tiles), occ, rate, elems)
+            math.log1p(tiles), occ, rate, elems,
+            sum(g.predicted_s for g in kern) / total)

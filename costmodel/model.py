@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from search_spaces.candidate import IMPL_LIBRARY, Candidate
+from search_spaces.candidate import IMPL_KERNEL, IMPL_LIBRARY, Candidate
 from search_spaces.footprint import footprint_shape, footprints, plan_group, strides
 from search_spaces.gemm import as_matrix_view, gemm_form, operand_groups
 from search_spaces.partition import Group, groups, materialized
@@ -20,6 +20,7 @@ from search_spaces.workload import Workload
 from .cuda_limits import limit_penalty_s
 from .devices import DeviceSpec
 from .estimate import CostEstimate, FusedProducer, GroupCost
+from .kernel_cost import kernel_copy_bytes, kernel_group
 from .rates import (LINE_ELEMS, gemm_rate, library_launch_s, loop_launch_s, read_waste,
                     transcendental_weight, write_waste)
 
@@ -52,6 +53,8 @@ def estimate(w: Workload, cand: Candidate, dev: DeviceSpec) -> CostEstimate:
         sched = cand.schedule(g.anchor)
         if sched.impl == IMPL_LIBRARY:
             out.append(_library_group(w, g, layout_of, dev, item))
+        elif sched.impl == IMPL_KERNEL:
+            out.append(kernel_group(w, g, fused, sched.kernel, layout_of, dev, item))
         else:
             out.append(_loop_group(w, g, sched.tiles, layout_of, mats, dev, item))
     # a CUDA candidate whose tile buffers exceed shared memory cannot launch at all
@@ -198,7 +201,8 @@ def memory_bytes(w: Workload, cand: Candidate, threads: int) -> int:
     intermediate (whole tensors, allocated once per plan), plus the largest extra of one
     group (groups run one after another): for a loop group, the tile buffers of its fused
     members, one set per thread; for a library GEMM, the layout copies NumPy/CuPy make of
-    operands (or the result) it cannot view as matrices.  ``threads``: CPU threads, each with
+    operands (or the result) it cannot view as matrices (for the generated kernel, and the
+    tensors its epilogue reads, see kernel_cost).  ``threads``: CPU threads, each with
     its own tile buffers (0 on a GPU, whose tile buffers live in shared memory).
     """
     w = rewritten(w, cand)
@@ -210,7 +214,9 @@ def memory_bytes(w: Workload, cand: Candidate, threads: int) -> int:
     extra = 0
     for g in groups(w, fused):
         sched = cand.schedule(g.anchor)
-        if sched.impl == IMPL_LIBRARY:
+        if sched.impl == IMPL_KERNEL:
+            extra = max(extra, kernel_copy_bytes(w, fused, g.anchor, layout_of, item))
+        elif sched.impl == IMPL_LIBRARY:
             op = w.op(g.anchor)
             form = gemm_form(op)
             ga, gb, go = operand_groups(form)

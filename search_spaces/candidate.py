@@ -5,10 +5,13 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from .kernel import KernelParams
 from .trees import Tree, canonical, to_json
 
 IMPL_LOOP = "loop"        # one generated loop nest per group (producers fused into its tiles)
 IMPL_LIBRARY = "library"  # a lone contraction handed to BLAS / cuBLAS in the candidate's layouts
+IMPL_KERNEL = "kernel"    # a lone contraction run by the generated GEMM kernel (CPU), see kernel.py
+STANDALONE_IMPLS = (IMPL_LIBRARY, IMPL_KERNEL)   # contractions that run alone, nothing fused
 
 
 @dataclass(frozen=True)
@@ -16,18 +19,25 @@ class GroupSchedule:
     """How one fused group runs.
 
     ``tiles`` gives a tile size per parallel index of the anchor (a size >= the extent means the
-    whole extent).  ``impl`` is ``loop`` or, for a group holding a single contraction, ``library``.
+    whole extent).  ``impl`` is ``loop`` or, for a group holding a single contraction,
+    ``library`` or ``kernel``; a ``kernel`` group carries its kernel's parameters.
     """
     anchor: str
     tiles: tuple[int, ...]
     impl: str = IMPL_LOOP
+    kernel: KernelParams | None = None
 
     def to_dict(self) -> dict:
-        return {"anchor": self.anchor, "tiles": list(self.tiles), "impl": self.impl}
+        d = {"anchor": self.anchor, "tiles": list(self.tiles), "impl": self.impl}
+        if self.kernel is not None:     # absent otherwise: the keys of other plans stay as they were
+            d["kernel"] = self.kernel.to_dict()
+        return d
 
     @staticmethod
     def from_dict(d: dict) -> "GroupSchedule":
-        return GroupSchedule(d["anchor"], tuple(int(t) for t in d["tiles"]), d.get("impl", IMPL_LOOP))
+        kern = KernelParams.from_dict(d["kernel"]) if d.get("kernel") else None
+        return GroupSchedule(d["anchor"], tuple(int(t) for t in d["tiles"]),
+                             d.get("impl", IMPL_LOOP), kern)
 
 
 @dataclass(frozen=True)

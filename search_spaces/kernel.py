@@ -28,7 +28,8 @@ class KernelParams:
     ``pack_b``: copy that operand into micro-panels (off: the micro-kernel reads it in place,
     where its layout allows; the executor packs anyway where it does not); ``split``: how
     threads share the work (:data:`SPLITS`); ``vec_bytes``: the vector width the code uses;
-    ``outer``: whose micro-panels the block's outer loop walks (:data:`OUTERS`).
+    ``outer``: whose micro-panels the block's outer loop walks (:data:`OUTERS`); ``stream``:
+    write a C that takes one K slice with streaming (non-temporal) stores, past the caches.
     """
     mr: int
     nr: int
@@ -40,6 +41,7 @@ class KernelParams:
     split: str = SPLIT_M
     vec_bytes: int = 32
     outer: str = OUTER_B
+    stream: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -49,7 +51,7 @@ class KernelParams:
         return KernelParams(int(d["mr"]), int(d["nr"]), int(d["mc"]), int(d["kc"]), int(d["nc"]),
                             bool(d.get("pack_a", True)), bool(d.get("pack_b", True)),
                             str(d.get("split", SPLIT_M)), int(d.get("vec_bytes", 32)),
-                            str(d.get("outer", OUTER_B)))
+                            str(d.get("outer", OUTER_B)), bool(d.get("stream", False)))
 
     def lanes(self, itemsize: int) -> int:
         return self.vec_bytes // itemsize
@@ -107,7 +109,6 @@ def default_params(bounds: KernelBounds, itemsize: int) -> KernelParams:
     threaded on the AVX-512 development machine at 2048^3: 6 x 64 reached 98 GFLOP/s against
     83 for 14 x 32 (BLAS: 92)."""
     vb = bounds.vec_bytes[0]
-    lanes = vb // itemsize
     tiles = micro_tiles(bounds, vb, itemsize)
     six = [t for t in tiles if t[0] >= 6] or list(tiles)
     mr, nr = max(six, key=lambda t: (t[1], t[0]))
@@ -160,4 +161,4 @@ def legalize(p: KernelParams, itemsize: int) -> KernelParams:
     return KernelParams(mr, nr, max(mr, p.mc // mr * mr), max(1, p.kc),
                         max(nr, p.nc // nr * nr), p.pack_a, p.pack_b,
                         p.split if p.split in SPLITS else SPLIT_M, p.vec_bytes,
-                        p.outer if p.outer in OUTERS else OUTER_B)
+                        p.outer if p.outer in OUTERS else OUTER_B, p.stream)

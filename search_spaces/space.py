@@ -19,8 +19,12 @@ from dataclasses import dataclass, replace
 from itertools import permutations
 from typing import Callable, Sequence
 
-from .candidate import IMPL_LIBRARY, IMPL_LOOP, Candidate, GroupSchedule, make_candidate
+from .candidate import (IMPL_KERNEL, IMPL_LIBRARY, IMPL_LOOP, STANDALONE_IMPLS, Candidate,
+                        GroupSchedule, make_candidate)
 from .gemm import gemm_form
+from .kernel import KernelBounds
+from .kernel_space import (ask_kernel_fusions, kernel_answer, kernel_params, kernel_question_options,
+                           kernel_schedule)
 from .orders import OrderChoices, order_choices
 from .partition import groups, materialized, repair
 from .rewrite import Orders, rewrite
@@ -31,16 +35,21 @@ from .workload import Workload
 # Version of the candidate encoding (parameters, their meaning, Candidate JSON).  It is part of
 # every plan key (db.keys.PlanKey.for_env reads it): bump it whenever the encoding changes.
 # 2: contraction orders (the order:STMT parameters, Candidate.orders).
-SPACE_VERSION = "2"
+# 3: the ``kernel`` contraction impl (GroupSchedule.kernel), its kernel:<contraction>:* parameters
+#    and its fusions (fuse:p->c into a kernel contraction's group, search_spaces.kernel_fusion).
+SPACE_VERSION = "3"
 UNSPLIT = "none"          # the order:STMT answer that leaves the statement as written
 Choose = Callable[[str, Sequence], object]
 
 
 @dataclass(frozen=True)
 class TileBounds:
-    """Tile sizes a backend accepts: powers of two in [lo, hi]."""
+    """Tile sizes a backend accepts: powers of two in [lo, hi]; ``kernel``: what the machine
+    allows the generated contraction kernel, for a backend that has one (None: no ``kernel``
+    impl in the space)."""
     lo: int = 1
     hi: int = 256
+    kernel: KernelBounds | None = None
 
 
 class SearchSpace:
@@ -59,7 +68,10 @@ class SearchSpace:
         self.forbid = {tuple(e.split("->")) for e in spec.get("forbid_fusion", [])}
         self.force = [tuple(e.split("->")) for e in spec.get("force_fusion", [])]
         allowed_tiles = spec.get("tiles")
-        self.impls = tuple(spec.get("contraction_impls", [IMPL_LIBRARY, IMPL_LOOP]))
+        self.kernel_bounds = bounds.kernel
+        impls = [IMPL_LIBRARY, IMPL_LOOP] + ([IMPL_KERNEL] if bounds.kernel else [])
+        self.impls = tuple(i for i in spec.get("contraction_impls", impls)
+                           if i != IMPL_KERNEL or bounds.kernel is not None)
         self.layout_mode = spec.get("layouts", "auto")
         self.identity_layouts = self.layout_mode == "identity"
         self.tile_options: dict[str, list[list[int]]] = {}
@@ -108,8 +120,12 @@ class SearchSpace:
         """What the options of ``question`` stand for in this space (None: never asked)."""
         kind, _, rest = question.partition(":")
         if kind == "impl" and rest in self.w.producer and self.w.op(rest).is_contraction:
-            return [i for i in self.impls if i != IMPL_LIBRARY or rest in self.library_ok] \
-                or [IMPL_LOOP]
+            return self.impl_options(rest)
+        if kind == "kernel":
+            anchor, what = rest.rsplit(":", 1)
+            if self.kernel_bounds is None or anchor not in self.library_ok:
+                return None
+            return kernel_question_options(self.kernel_bounds, self.w, anchor).get(what)
         if kind == "fuse":
             return [0, 1] if tuple(rest.split("->")) in self.edges else None
         if kind == "layout":
@@ -188,23 +204,30 @@ class SearchSpace:
             sub = self.variant(orders)
             return replace(sub.build(self._qualified(choose, sub, orders), name), orders=orders)
         w = self.w
-        impl = {}
-        for op in w.ops:
-            if op.is_contraction:
-                opts = [i for i in self.impls if i != IMPL_LIBRARY or op.out in self.library_ok]
-                impl[op.out] = choose(f"impl:{op.out}", opts or [IMPL_LOOP])
+        impl = {op.out: choose(f"impl:{op.out}", self.impl_options(op.out))
+                for op in w.ops if op.is_contraction}
+        # a kernel contraction's epilogue and prologues first: its group is those, nothing else
+        kernel_fused = ask_kernel_fusions(w, self.edges, self.forbid, self.force, impl, choose)
+        taken = {x for e in kernel_fused for x in e}
+        outside = lambda e: impl.get(e[0]) not in STANDALONE_IMPLS and \
+            impl.get(e[1]) not in STANDALONE_IMPLS and not taken & set(e)
         wanted = []
         for p, c in self.edges:
             if (p, c) in self.forbid:
                 continue
-            if impl.get(p) == IMPL_LIBRARY or impl.get(c) == IMPL_LIBRARY:
-                continue  # a library GEMM runs alone: its operands and result are materialized
+            if not outside((p, c)):
+                continue  # a library GEMM or the kernel runs alone: operands and result materialized
             if (p, c) in self.force or choose(f"fuse:{p}->{c}", [0, 1]):
                 wanted.append((p, c))
-        forced = [e for e in self.force if impl.get(e[0]) != IMPL_LIBRARY
-                  and impl.get(e[1]) != IMPL_LIBRARY]
-        fused = repair(w, wanted, forced)
+        forced = [e for e in self.force if outside(e)]
+        fused = repair(w, wanted, kernel_fused + forced)
         return self.finish(fused, impl, choose, name)
+
+    def impl_options(self, contraction: str) -> list[str]:
+        """Values of ``impl:<contraction>``: a library GEMM and the kernel only where the
+        contraction is GEMM-shaped."""
+        return [i for i in self.impls
+                if i not in STANDALONE_IMPLS or contraction in self.library_ok] or [IMPL_LOOP]
 
     def finish(self, fused: set, impl: dict, choose: Choose, name: str = "") -> Candidate:
         """Layouts and schedules for a fixed partition."""
@@ -217,8 +240,14 @@ class SearchSpace:
                 opts[int(choose(f"layout:{t}", list(range(len(opts)))))])
         scheds = []
         for g in groups(w, fused):
-            lib = len(g.members) == 1 and impl.get(g.anchor) == IMPL_LIBRARY
-            if lib:
+            lone = len(g.members) == 1 and impl.get(g.anchor) in STANDALONE_IMPLS
+            kern = [m for m in g.members if impl.get(m) == IMPL_KERNEL]
+            if kern:        # alone, or with its epilogue (the group's anchor)
+                params = kernel_params(self.kernel_bounds, w, kern[0], choose)
+                scheds.append(GroupSchedule(g.anchor, tuple(w.op(g.anchor).out_shape),
+                                            IMPL_KERNEL, params))
+                continue
+            if lone:
                 scheds.append(GroupSchedule(g.anchor, tuple(w.op(g.anchor).out_shape), IMPL_LIBRARY))
                 continue
             tiles = tuple(int(choose(f"tile:{g.anchor}:{k}", opts))
@@ -248,10 +277,8 @@ def params_of(space: SearchSpace, cand: Candidate) -> dict[str, object] | None:
         if kind == "order":
             val = tree_text(trees[rest]) if rest in trees else UNSPLIT
         elif kind == "impl":
-            try:
-                val = cand.schedule(rest).impl
-            except KeyError:
-                val = IMPL_LOOP
+            sched = kernel_schedule(cand, rest)
+            val = sched.impl if sched is not None else IMPL_LOOP
         elif kind == "fuse":
             p, c = rest.split("->")
             val = int((p, c) in fused)
@@ -259,6 +286,11 @@ def params_of(space: SearchSpace, cand: Candidate) -> dict[str, object] | None:
             perm = cand.layout(rest, len(w.shapes[rest]))
             perms = space.layout_options(rest)
             val = perms.index(perm) if perm in perms else 0
+        elif kind == "kernel":
+            anchor, what = rest.rsplit(":", 1)
+            sched = kernel_schedule(cand, anchor)
+            val = opts[-1] if sched is None else kernel_answer(sched.kernel, what,
+                                                               space.kernel_bounds, space.w, opts)
         else:
             anchor, k = rest.rsplit(":", 1)
             tiles = cand.schedule(anchor).tiles
@@ -270,3 +302,4 @@ def params_of(space: SearchSpace, cand: Candidate) -> dict[str, object] | None:
 
     built = top.build(answer)
     return params if built.key == cand.key else None
+

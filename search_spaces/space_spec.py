@@ -5,7 +5,7 @@
 tiles = [8, 16, 32, 64]            # allowed tile sizes (powers of two)
 forbid_fusion = ["a->t"]           # producer->consumer edges never fused
 force_fusion = ["mu->xc"]          # edges always fused
-contraction_impls = ["library"]    # subset of library, loop
+contraction_impls = ["library"]    # subset of library, loop, kernel
 layouts = "auto"                   # "auto" (identity and GEMM-friendly orders), "all", "identity"
 ```
 """
@@ -16,7 +16,8 @@ from typing import Callable
 from .ir import Op
 
 SPACE_KEYS = {"tiles", "forbid_fusion", "force_fusion", "contraction_impls", "layouts"}
-IMPLS = ("library", "loop")   # a library GEMM, or a generated tiled loop nest
+# a library GEMM, a generated tiled loop nest, or the generated GEMM kernel (CPU backend)
+IMPLS = ("library", "loop", "kernel")
 
 
 def edges_of(ops: list[Op] | tuple[Op, ...]) -> list[tuple[str, str]]:

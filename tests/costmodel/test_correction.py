@@ -14,7 +14,8 @@ from costmodel.correction import Correction, CorrectionKind, Sample, cross_predi
 from costmodel.features import FEATURES, features
 from costmodel.devices import CPU_DEFAULT
 from costmodel.ranking import spearman_rho
-from search_spaces.space import SearchSpace
+from search_spaces.kernel import KernelBounds
+from search_spaces.space import SearchSpace, TileBounds
 
 P = len(FEATURES)
 LIB, MEM = FEATURES.index("library_share"), FEATURES.index("loop_memory_share")
@@ -134,3 +135,16 @@ def test_features_of_real_breakdowns_are_finite_and_vary(small, name):
                     FEATURES.index("occupancy")]]
     assert (shares >= 0).all() and (shares <= 1 + 1e-9).all()
     assert xs[:, FEATURES.index("log_analytic_s")].std() > 0
+
+
+def test_features_of_kernel_candidates(small):
+    """Kernel groups (with and without epilogues) count as neither library nor loop time."""
+    w = small("trimul_outgoing")
+    space = SearchSpace(w, TileBounds(1, 256, KernelBounds()))
+    rng = np.random.default_rng(1)
+    xs = np.array([features(w, estimate(w, space.random(rng), CPU_DEFAULT), CPU_DEFAULT)
+                   for _ in range(30)])
+    assert np.isfinite(xs).all()
+    kern = xs[:, FEATURES.index("kernel_share")]
+    assert (kern >= 0).all() and (kern <= 1 + 1e-9).all() and kern.max() > 0 and kern.min() == 0
+    assert (kern + xs[:, LIB] <= 1 + 1e-9).all()

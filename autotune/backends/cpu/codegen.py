@@ -26,9 +26,13 @@ class GroupKernel:
     writes: tuple[str, ...]
 
 
+# C spellings of the functions loops.COMMON_FUNCTIONS lacks (the kernel's epilogues use them too)
+C_FUNCTIONS = {"rsqrt": "(1/sqrt{s}({0}))", "sigmoid": "(1/(1+exp{s}(-({0}))))",
+               "relu": "fmax{s}({0}, 0)"}
+
+
 class _Emitter(LoopEmitter):
-    FUNCTIONS = {"rsqrt": "(1/sqrt{s}({0}))", "sigmoid": "(1/(1+exp{s}(-({0}))))",
-                 "relu": "fmax{s}({0}, 0)"}
+    FUNCTIONS = C_FUNCTIONS
 
     def n(self, x: int) -> str:
         return f"{x}L"

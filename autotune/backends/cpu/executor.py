@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from search_spaces.candidate import IMPL_LIBRARY, Candidate
+from search_spaces.candidate import IMPL_KERNEL, IMPL_LIBRARY, Candidate
 from search_spaces.gemm import gemm_form
 from search_spaces.partition import groups, materialized
 from search_spaces.rewrite import rewritten
@@ -29,6 +29,10 @@ from search_spaces.workload import Workload
 
 from autotune.backends.base import Arrays, BufferPool, Cutoff, timed_runs
 from autotune.backends.cpu.codegen import generate, generate_units
+from autotune.backends.cpu.gemm_call import GemmKernel, kernel_spec
+from autotune.backends.cpu.gemm_driver import kernel_source
+from autotune.backends.cpu.gemm_kernel import KernelSpec
+from autotune.backends.cpu.kernel_group import KernelGroup, as3, view3
 
 
 # A checked first call shorter than this is followed by one more before any sample is taken
@@ -101,17 +105,11 @@ def compile_source(src: str, cache_dir: Path, cc: str = "cc") -> Path:
     return lib
 
 
-def _as3(arr: np.ndarray, idx: tuple[str, ...], groups3) -> np.ndarray:
-    """View (or, if impossible, copy) of ``arr`` (indexed by ``idx``) as (batch, rows, cols)."""
-    order = [idx.index(i) for g in groups3 for i in g]
-    t = arr.transpose(order)
-    shape = [int(np.prod([arr.shape[idx.index(i)] for i in g], dtype=np.int64)) for g in groups3]
-    try:
-        v = t.view()
-        v.shape = shape      # raises if a view cannot express it
-        return v
-    except AttributeError:
-        return t.reshape(shape)
+@functools.lru_cache(maxsize=64)
+def load_gemm_kernel(spec: KernelSpec, cache_dir: str) -> GemmKernel:
+    """The generated contraction kernel for ``spec``, compiled (cached on disk by its source)
+    and loaded once per process."""
+    return GemmKernel(spec, compile_source(kernel_source(spec), Path(cache_dir)))
 
 
 def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -151,6 +149,10 @@ class CompiledPlan:
         self.libs = {k.anchor: ctypes.CDLL(str(compile_source(src, cache_dir)))
                      for src, k in units}
         self.kernels = {k.anchor: k for _, k in units}
+        self.kernel_groups = {
+            s.anchor: KernelGroup(w, cand, s.anchor, load_gemm_kernel(
+                kernel_spec(w, cand, s.anchor), str(cache_dir)))
+            for s in cand.schedules if s.impl == IMPL_KERNEL}
         self.groups = groups(w, cand.fused_pairs)
         mats = materialized(w, cand.fused_pairs)
         self.storage: dict[str, np.ndarray] = {}
@@ -214,6 +216,8 @@ class CompiledPlan:
         for g in self.groups:
             if self.cand.schedule(g.anchor).impl == IMPL_LIBRARY:
                 self._gemm(g.anchor, env)
+            elif self.cand.schedule(g.anchor).impl == IMPL_KERNEL:
+                self.kernel_groups[g.anchor](env)
             else:
                 k = self.kernels[g.anchor]
                 ptrs = (ctypes.c_void_p * len(k.args))(*[storage[t].ctypes.data for t in k.args])
@@ -258,18 +262,10 @@ class CompiledPlan:
     def _gemm(self, name: str, env) -> None:
         op = self.w.op(name)
         f = gemm_form(op)
-        A = _as3(env[f.a.tensor], f.a.idx, (f.batch, f.m, f.k))
-        B = _as3(env[f.b.tensor], f.b.idx, (f.batch, f.k, f.n))
+        A = as3(env[f.a.tensor], f.a.idx, (f.batch, f.m, f.k))
+        B = as3(env[f.b.tensor], f.b.idx, (f.batch, f.k, f.n))
         out = env[name]
-        order = [op.parallel.index(i) for g in (f.batch, f.m, f.n) for i in g]
-        t = out.transpose(order)
-        shape = [int(np.prod([out.shape[op.parallel.index(i)] for i in g], dtype=np.int64))
-                 for g in (f.batch, f.m, f.n)]
-        O = t.view()
-        try:
-            O.shape = shape
-        except AttributeError:
-            O = None
+        t, O = view3(out, op.parallel, (f.batch, f.m, f.n))
         if O is not None and _blasable(O) and O.strides[-1] == O.itemsize:
             _matmul(A, B, O)
         elif O is not None and _blasable(O):

@@ -1,36 +1,43 @@
-"""Compiling, loading and calling the generated contraction kernel on NumPy arrays.
+"""Loading and calling the generated contraction kernel on NumPy arrays, and the kernel a
+candidate's contraction gets.
 
-:class:`GemmKernel` compiles a :class:`autotune.backends.cpu.gemm_kernel.KernelSpec` with the
-loop groups' compiler and flags (``executor.compile_source``: cached by the source's hash) and
-calls it through ctypes on strided (batch, rows, cols) views: no copies, whatever the strides.
+:class:`GemmKernel` loads a compiled :class:`autotune.backends.cpu.gemm_kernel.KernelSpec`
+(``executor.load_gemm_kernel`` compiles it with the loop groups' compiler and flags) and calls it
+through ctypes on strided (batch, rows, cols) views: no copies, whatever the strides.
 """
 from __future__ import annotations
 
 import ctypes
-import functools
-import os
-import re
 from pathlib import Path
 
 import numpy as np
 
-from search_spaces.kernel import KernelBounds
+from search_spaces.candidate import Candidate
+from search_spaces.kernel_fusion import Epilogue, KernelParts, kernel_parts
+from search_spaces.footprint import strides
+from search_spaces.gemm import gemm_form
+from search_spaces.kernel import default_params
+from search_spaces.workload import Workload
 
-from autotune.backends.cpu.executor import compile_source
-from autotune.backends.cpu.gemm_kernel import (ENTRY, STORE_COLS, STORE_ROWS, KernelSpec,
-                                               kernel_source)
+from autotune.backends.cpu.gemm_driver import ENTRY
+from autotune.backends.cpu.gemm_kernel import STORE_COLS, STORE_ROWS, KernelSpec
+from autotune.backends.cpu.gemm_transforms import kernel_transforms
+from autotune.backends.cpu.machine import machine_bounds
 
 
 class GemmKernel:
     """One compiled kernel: ``kernel(a, b, c, alpha, extra)`` sets ``c[i] = epilogue(alpha *
     a[i] @ b[i])`` for 3-d arrays ``a`` (batch, m, k), ``b`` (batch, k, n), ``c`` (batch, m, n)
-    of the spec's dtype, in any strides (a batch stride of 0 broadcasts an operand)."""
+    of the spec's dtype, in any strides (a batch stride of 0 broadcasts an operand).  ``extra``:
+    the arrays the spec's transforms read, in ``spec.args`` order; a 3-d one (over the batch
+    and the rows and cols of C, A or B, any strides, 0 to broadcast) hands its strides to the
+    kernel as ``x->NAME_b/_r/_c`` (and each batch item sees its own), any other is read as the
+    transform indexes it."""
 
-    def __init__(self, spec: KernelSpec, cache_dir: Path):
+    def __init__(self, spec: KernelSpec, library: Path):
         self.spec = spec
         self.dtype = np.dtype(spec.dtype)
-        self.source = kernel_source(spec)
-        self.lib = ctypes.CDLL(str(compile_source(self.source, Path(cache_dir))))
+        self.lib = ctypes.CDLL(str(library))
         fn = getattr(self.lib, ENTRY)
         fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                        ctypes.POINTER(ctypes.c_long), ctypes.c_double,
@@ -59,7 +66,16 @@ class GemmKernel:
         sb = st(b)
         if b.shape[0] == 1:
             sb[0] = 0
-        dims = (ctypes.c_long * 13)(nb, m, b.shape[2], k, *st(a), *sb, *st(c))
+        for x in extra:
+            if x.dtype != self.dtype or any(s % it for s in x.strides):
+                raise ValueError(f"extra arrays must be {self.dtype} in whole-element strides")
+            # over (batch, m, n) for an epilogue, (batch, m, k) or (batch, k, n) for a prologue
+            if x.ndim == 3 and (x.shape[0] not in (nb, 1) or x.shape[1:] not in (
+                    (m, c.shape[2]), (m, k), (k, c.shape[2]))):
+                raise ValueError(f"extra array of shape {x.shape} fits no operand of "
+                                 f"{a.shape} @ {b.shape}")
+        xst = [v for x in extra for v in (st(x) if x.ndim == 3 else (0, 0, 0))]
+        dims = (ctypes.c_long * (13 + len(xst)))(nb, m, b.shape[2], k, *st(a), *sb, *st(c), *xst)
         xs = (ctypes.c_void_p * max(1, len(extra)))(*[x.ctypes.data for x in extra])
         self._fn(a.ctypes.data, b.ctypes.data, c.ctypes.data, dims, float(alpha), xs)
 
@@ -72,54 +88,50 @@ def store_for(c: np.ndarray) -> str:
         else STORE_ROWS
 
 
-@functools.lru_cache(maxsize=64)
-def load_kernel(spec: KernelSpec, cache_dir: str) -> GemmKernel:
-    """The compiled kernel for ``spec`` (loaded once per process)."""
-    return GemmKernel(spec, Path(cache_dir))
+def kernel_spec(w: Workload, cand: Candidate, anchor: str) -> KernelSpec:
+    """The kernel that the group anchored at ``anchor`` runs: its parameters, the workload's
+    dtype, its fusions (:mod:`search_spaces.kernel_fusion`), and the store orientation the
+    result's layout wants (``cols`` when the m index is the unit-stride one, as in a
+    channel-major intermediate).  The result is the epilogue's output where there is one."""
+    parts = kernel_parts(w, cand.fused_pairs, anchor)
+    p, epi = parts.contraction, parts.epilogue
+    op = w.op(p)
+    form = gemm_form(op)
+    out, idx = result_of(w, p, epi)
+    shape = w.shapes[out]
+    st = dict(zip(idx, strides(shape, cand.layout(out, len(shape)))))
+    ext = dict(zip(op.parallel, op.out_shape))
+
+    def inner(group) -> int:
+        live = [i for i in group if ext[i] > 1]
+        return st[live[-1]] if live else 0
+    m_stride, n_stride = inner(form.m), inner(form.n)
+    rows = [i for i in form.m if ext[i] > 1]
+    store = STORE_COLS if m_stride == 1 and n_stride != 1 and rows else STORE_ROWS
+    params = cand.schedule(anchor).kernel   # None only in a hand-written candidate
+    if params is None:
+        params = default_params(machine_bounds(), 4 if w.dtype == "float32" else 8)
+    hooks, _ = kernel_transforms(w, parts, lambda t: cand.layout(t, len(w.shapes[t])))
+    return KernelSpec(params, w.dtype, store, **hooks)
 
 
-def _cache_size(text: str) -> int:
-    mult = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}.get(text[-1:].upper(), 1)
-    return int(text.rstrip("KMGkmg")) * mult
+def result_of(w: Workload, p: str, epi: Epilogue | None) -> tuple[str, tuple[str, ...]]:
+    """The tensor a kernel group stores (the contraction's result, or its epilogue's) and its
+    subscript in the contraction's index names."""
+    if epi is None:
+        return p, w.op(p).parallel
+    to_p = epi.to_contraction(w)
+    return epi.consumer, tuple(to_p[i] for i in w.op(epi.consumer).parallel)
 
 
-@functools.lru_cache(maxsize=1)
-def machine_bounds() -> KernelBounds:
-    """What this machine allows the kernel: vector widths from the CPU's flags in
-    /proc/cpuinfo (AVX-512: 64 bytes and 32 vector registers; AVX2 with FMA: 32 bytes; else
-    16), cache sizes from /sys/devices/system/cpu/cpu0/cache, cores from the affinity mask.
-    Falls back to :class:`KernelBounds`'s defaults for what it cannot read."""
-    d = KernelBounds()
-    flags: set[str] = set()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    break
-    except OSError:
-        pass
-    if "avx512f" in flags:
-        widths, regs = (64, 32, 16), 32
-    elif {"avx2", "fma"} <= flags:
-        widths, regs = (32, 16), 16
-    elif flags:
-        widths, regs = (16,), 16
-    else:
-        widths, regs = d.vec_bytes, d.registers
-    sizes = {}
-    for idx in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
-        try:
-            level = int((idx / "level").read_text())
-            kind = (idx / "type").read_text().strip()
-            size = _cache_size((idx / "size").read_text().strip())
-        except (OSError, ValueError):
-            continue
-        if kind != "Instruction" and re.fullmatch(r"[123]", str(level)):
-            sizes[level] = size
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return KernelBounds(widths, regs, sizes.get(1, d.l1_bytes), sizes.get(2, d.l2_bytes),
-                        sizes.get(3, d.l3_bytes), cores)
+def operand_source(w: Workload, parts: KernelParts, which: str) -> tuple[str, tuple[str, ...]]:
+    """The tensor the kernel packs as the contraction's operand ``which`` ("a" or "b"): the
+    operand itself, or its prologue's main input; with its subscript in the contraction's
+    index names."""
+    form = gemm_form(w.op(parts.contraction))
+    pro = parts.prologue_a if which == "a" else parts.prologue_b
+    if pro is None:
+        read = form.a if which == "a" else form.b
+        return read.tensor, read.idx
+    to_p = pro.to_contraction(w)
+    return pro.main, tuple(to_p[i] for i in pro.main_idx)

@@ -1,4 +1,6 @@
 """C source of the generated contraction kernel (the ``kernel`` impl): a BLIS/Goto-style GEMM.
+This module holds its spec, the micro-kernel, the packing routines and the block loop;
+``gemm_driver`` the entry point (threads, buffers) and the assembled source.
 
 ``C[b] = epilogue(alpha * A[b] @ B[b])`` for every batch item ``b``, with any element strides
 for A, B and C.  The loops, outermost first: NC-wide column blocks of C, KC-deep slices of K
@@ -25,13 +27,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from search_spaces.kernel import OUTER_A, SPLIT_BATCH, KernelParams
+from search_spaces.kernel import OUTER_A, KernelParams
 
-from autotune.backends.loops import SCALAR_TYPES
 
 STORE_ROWS = "rows"
 STORE_COLS = "cols"
-ENTRY = "gemm_kernel"
 
 
 @dataclass(frozen=True)
@@ -79,11 +79,10 @@ def _apply(t: Transform, x: str, **idx: str) -> str:
     return x if t.identity else "(" + t.expr.format(x=x, **names) + ")"
 
 
-def _micro_kernel(s: KernelSpec, name: str, packed_a: bool) -> str:
+def micro_kernel(s: KernelSpec, name: str, packed_a: bool) -> str:
     """The MR x NR micro-kernel: ``kc`` rank-1 updates of register accumulators, then the store
     (vector stores for a full tile of unit column stride, else through a scratch tile)."""
     p = s.params
-    ct = SCALAR_TYPES[s.dtype][0]
     lanes = p.lanes(4 if s.dtype == "float32" else 8)
     nv = p.nr // lanes
     mr = p.mr
@@ -106,6 +105,14 @@ def _micro_kernel(s: KernelSpec, name: str, packed_a: bool) -> str:
     epi = _apply(s.epilogue, "v", **_roles(s, "i", "j", "row0", "col0"))
     direct = "1" if s.epilogue.identity else "!last"
     lines.append(f"  if (m == MR && n == NR && c_cs == 1 && {direct}) {{")
+    if s.params.stream:
+        # streaming stores need 16-byte aligned rows: NumPy's arrays are
+        lines.append("    if (first == 2 && (((unsigned long)c | (unsigned long)(c_rs * (long)sizeof(T)))"
+                     " & 15) == 0) {")
+        for i in range(mr):
+            lines.append("      " + " ".join(f"stream16(c + {i} * c_rs + {j * lanes}, alpha * "
+                                             f"{acc[i][j]});" for j in range(nv)))
+        lines.append("      return;\n    }")
     for i in range(mr):
         for j in range(nv):
             q = f"(VU *)(c + {i} * c_rs + {j * lanes})"
@@ -115,6 +122,8 @@ def _micro_kernel(s: KernelSpec, name: str, packed_a: bool) -> str:
     for i in range(mr):
         lines.append("    " + " ".join(f"*(V *)(t + {i * p.nr + j * lanes}) = {acc[i][j]};"
                                          for j in range(nv)))
+    if not s.epilogue.identity:
+        lines += _full_tile_epilogue(epi)
     lines += ["    for (long i = 0; i < m; i++) {",
               "      T *restrict ci = c + i * c_rs;",
               "      #pragma omp simd",
@@ -125,6 +134,20 @@ def _micro_kernel(s: KernelSpec, name: str, packed_a: bool) -> str:
               "        ci[j * c_cs] = v;",
               "      }", "    }", "  }", "}"]
     return "\n".join(lines)
+
+
+def _full_tile_epilogue(epi: str) -> list[str]:
+    """The last K slice of a full tile of unit column stride: the epilogue over each row of
+    the scratch tile in a loop of constant trip count and unit stride, which vectorises (glibc's
+    vector exp for a sigmoid gate); the general loop below has run-time strides and sizes."""
+    body = lambda add: ["      T *restrict ci = c + i * c_rs;", "      #pragma omp simd",
+                        "      for (long j = 0; j < NR; j++) {",
+                        f"        T v = alpha * t[i * NR + j]{add};", f"        ci[j] = {epi};",
+                        "      }"]
+    return ["    if (m == MR && n == NR && c_cs == 1) {",
+            "      if (first) for (long i = 0; i < MR; i++) {", *body(""), "      }",
+            "      else for (long i = 0; i < MR; i++) {", *body(" + ci[j]"), "      }",
+            "      return;", "    }"]
 
 
 def _prefetch_c(s: KernelSpec) -> list[str]:
@@ -144,7 +167,7 @@ def _roles(s: KernelSpec, i: str, j: str, row0: str, col0: str) -> dict[str, str
     return {"m": r, "n": c} if s.store == STORE_ROWS else {"m": c, "n": r}
 
 
-def _packers(s: KernelSpec) -> str:
+def packers(s: KernelSpec) -> str:
     """pack_a: an MC x KC block of the kernel's A into MR-tall micro-panels (k-major inside a
     panel, rows past the block zero); pack_b: one KC x NR micro-panel of its B (columns past the
     block zero).  The operand's prologue is applied to each element on the way."""
@@ -194,14 +217,14 @@ static void pack_b(long kc, long n, const T *restrict src, long s_k, long s_c, T
 """
 
 
-def _macro(s: KernelSpec) -> str:
+def macro_source(s: KernelSpec) -> str:
     """One MC x NC block of C over one K slice: every micro-tile, the micro-panels of the
     operand that ``outer`` names in the outer loop (B: BLIS's order, each B micro-panel stays
     in L1 while the A block streams from L2; A: each A micro-panel stays while the B block
     streams, and C is written row panel by row panel).
     An operand left unpacked is read in place (B needs a unit column stride for that); its
     partial edge panel is packed once into a small scratch panel (``ea`` / ``eb``) instead."""
-    unpacked_a = "ukr_u(kc, Ab + ir * a_rs, a_rs, a_cs," if _may_skip_a(s) else "ukr_p(kc, ea, 1, MR,"
+    unpacked_a = "ukr_u(kc, Ab + ir * a_rs, a_rs, a_cs," if may_skip_a(s) else "ukr_p(kc, ea, 1, MR,"
     jloop = """for (long jr = 0; jr < nc; jr += NR) {
     long n = nc - jr < NR ? nc - jr : NR;
     const T *bp = pb ? Bb + jr * kc : n == NR ? Bb + jr : eb;
@@ -231,144 +254,11 @@ static void macro(long mc, long nc, long kc, const T *Ab, long a_rs, long a_cs, 
 """
 
 
-def _item(shared: bool) -> str:
-    """All blocks of one batch item.  ``shared``: called by every thread of a parallel region,
-    which split B's packing and the MC blocks between them (the loops' implicit barriers keep
-    the shared B block intact until every thread is done with it)."""
-    omp = "#pragma omp for schedule(static)" if shared else ""
-    name = "item_shared" if shared else "item_serial"
-    return f"""
-static void {name}(const T *RA, long ra_r, long ra_k, const T *RB, long rb_k, long rb_c, T *RC,
-                   long rc_r, long rc_c, long M, long N, long K, long mcx, int pa, int pb,
-                   T alpha, T *ab, T *bb, T *ea, T *eb, const X *x) {{
-  long nk = K > 0 ? (K + KC - 1) / KC : 1;
-  for (long jc = 0; jc < N; jc += NC) {{
-    long nc = N - jc < NC ? N - jc : NC;
-    for (long kb = 0; kb < nk; kb++) {{
-      long pc = kb * KC, kc = K - pc < KC ? K - pc : KC;
-      const T *Bb = RB + pc * rb_k + jc * rb_c;
-      if (pb) {{
-        {omp}
-        for (long jr = 0; jr < nc; jr += NR)
-          pack_b(kc, nc - jr < NR ? nc - jr : NR, Bb + jr * rb_c, rb_k, rb_c, bb + jr * kc,
-                 pc, jc + jr, x);
-      }}
-      {omp}
-      for (long ic = 0; ic < M; ic += mcx) {{
-        long mc = M - ic < mcx ? M - ic : mcx;
-        const T *Ab = RA + ic * ra_r + pc * ra_k;
-        if (pa) pack_a(mc, kc, Ab, ra_r, ra_k, ab, ic, pc, x);
-        macro(mc, nc, kc, pa ? ab : Ab, ra_r, ra_k, pa, pb ? bb : Bb, rb_k, pb,
-              RC + ic * rc_r + jc * rc_c, rc_r, rc_c, kb == 0, kb == nk - 1, alpha, ic, jc, pc,
-              ea, eb, x);
-      }}
-    }}
-  }}
-}}
-"""
-
-
-def _may_skip_a(s: KernelSpec) -> bool:
+def may_skip_a(s: KernelSpec) -> bool:
     ta = s.prologue_b if s.store == STORE_COLS else s.prologue_a
     return not s.params.pack_a and ta.identity
 
 
-def _may_skip_b(s: KernelSpec) -> bool:
+def may_skip_b(s: KernelSpec) -> bool:
     tb = s.prologue_a if s.store == STORE_COLS else s.prologue_b
     return not s.params.pack_b and tb.identity
-
-
-def _entry(s: KernelSpec) -> str:
-    """``gemm_kernel(A, B, C, d, alpha, extra)``: ``d`` holds batch, M, N, K and the element
-    strides (batch, row, col) of A, B and C; ``extra`` the arrays the transforms read."""
-    if s.store == STORE_COLS:   # C^T = B^T A^T: the kernel's A is B, its rows are n
-        roles = ("long M = d[2], N = d[1];\n  const T *RA = B, *RB = A;\n"
-                 "  long ra_b = d[7], ra_r = d[9], ra_k = d[8];\n"
-                 "  long rb_b = d[4], rb_k = d[6], rb_c = d[5];\n"
-                 "  long rc_b = d[10], rc_r = d[12], rc_c = d[11];")
-    else:
-        roles = ("long M = d[1], N = d[2];\n  const T *RA = A, *RB = B;\n"
-                 "  long ra_b = d[4], ra_r = d[5], ra_k = d[6];\n"
-                 "  long rb_b = d[7], rb_k = d[8], rb_c = d[9];\n"
-                 "  long rc_b = d[10], rc_r = d[11], rc_c = d[12];")
-    fill = " ".join(f"xs.{a} = extra[{i}];" for i, a in enumerate(s.args))
-    batch = "1" if s.params.split == SPLIT_BATCH else "0"
-    return f"""
-static __thread T *t_a, *t_b, *t_ea, *t_eb;
-static __thread long t_acap, t_bcap, t_eacap, t_ebcap;
-static T *g_b;
-static long g_bcap;
-
-static T *grow(T **buf, long *cap, long n) {{
-  if (n > *cap) {{
-    free(*buf);
-    *buf = (T *)aligned_alloc(64, ((n * (long)sizeof(T) + 63) / 64) * 64);
-    *cap = n;
-  }}
-  return *buf;
-}}
-
-void {ENTRY}(const T *A, const T *B, T *C, const long *d, double alpha_,
-                 const T *const *extra) {{
-  X xs = {{0}};
-  (void)extra; {fill}
-  const X *x = &xs;
-  long nb = d[0], K = d[3];
-  {roles}
-  if (nb <= 0 || M <= 0 || N <= 0) return;
-  T alpha = (T)alpha_;
-  int pa = {int(not _may_skip_a(s))}, pb = {int(not _may_skip_b(s))} || rb_c != 1;
-  long kcx = K < KC ? (K > 0 ? K : 1) : KC;
-  long ncx = ((N < NC ? N : NC) + NR - 1) / NR * NR;
-  int nt = omp_get_max_threads();
-  if ({batch} && nb > 1) {{
-    #pragma omp parallel for schedule(dynamic, 1)
-    for (long b = 0; b < nb; b++) {{
-      T *ab = pa ? grow(&t_a, &t_acap, MC * kcx) : 0, *bb = pb ? grow(&t_b, &t_bcap, kcx * ncx) : 0;
-      T *ea = grow(&t_ea, &t_eacap, MR * kcx), *eb = grow(&t_eb, &t_ebcap, NR * kcx);
-      item_serial(RA + b * ra_b, ra_r, ra_k, RB + b * rb_b, rb_k, rb_c, C + b * rc_b, rc_r, rc_c,
-                  M, N, K, MC, pa, pb, alpha, ab, bb, ea, eb, x);
-    }}
-    return;
-  }}
-  /* as many row blocks as MC asks for, rounded up to a multiple of the threads */
-  long nblk = (M + MC - 1) / MC;
-  if (nblk % nt) nblk += nt - nblk % nt;
-  long mcx = ((M + nblk - 1) / nblk + MR - 1) / MR * MR;
-  T *bb = pb ? grow(&g_b, &g_bcap, kcx * ncx) : 0;
-  #pragma omp parallel
-  {{
-    T *ab = pa ? grow(&t_a, &t_acap, mcx * kcx) : 0;
-    T *ea = grow(&t_ea, &t_eacap, MR * kcx), *eb = grow(&t_eb, &t_ebcap, NR * kcx);
-    for (long b = 0; b < nb; b++)
-      item_shared(RA + b * ra_b, ra_r, ra_k, RB + b * rb_b, rb_k, rb_c, C + b * rc_b, rc_r, rc_c,
-                  M, N, K, mcx, pa, pb, alpha, ab, bb, ea, eb, x);
-  }}
-}}
-"""
-
-
-def kernel_source(s: KernelSpec) -> str:
-    """The complete C source for ``s``: one entry point, :data:`ENTRY`."""
-    p = s.params
-    ct = SCALAR_TYPES[s.dtype][0]
-    members = "".join(f" const T *{a};" for a in s.args)
-    head = f"""/* generated by autotune: contraction kernel {s.digest} ({s.dtype}, {s.store}) */
-#include <math.h>
-#include <stdlib.h>
-#include <omp.h>
-typedef {ct} T;
-typedef T V __attribute__((vector_size({p.vec_bytes})));
-typedef T VU __attribute__((vector_size({p.vec_bytes}), aligned(sizeof(T))));
-typedef struct {{ int unused_;{members} }} X;
-#define MR {p.mr}L
-#define NR {p.nr}L
-#define MC {p.mc}L
-#define KC {p.kc}L
-#define NC {p.nc}L
-"""
-    parts = [head, _micro_kernel(s, "ukr_p", packed_a=True)]
-    if _may_skip_a(s):
-        parts.append(_micro_kernel(s, "ukr_u", packed_a=False))
-    parts += [_packers(s), _macro(s), _item(False), _item(True), _entry(s)]
-    return "\n".join(parts) + "\n"

@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from costmodel.devices import DeviceSpec
-from search_spaces.candidate import Candidate
+from search_spaces.candidate import IMPL_KERNEL, Candidate
 from search_spaces.space import TileBounds
 from search_spaces.workload import Workload
 
@@ -42,10 +42,16 @@ def host_memory_available() -> int | None:
 class CpuBackendKind:
     """The ``cpu`` backend (a :class:`autotune.backends.base.BackendKind`)."""
     name: str = "cpu"
-    tile_bounds: TileBounds = TileBounds(1, 256)
     units: str = "cores"
     # a built-in at full size runs for seconds, and compiles C first
     min_timeout_s: float = 30.0
+
+    @property
+    def tile_bounds(self) -> TileBounds:
+        """Loop tiles up to 256, and this machine's bounds for the generated contraction
+        kernel (so the space offers the ``kernel`` impl)."""
+        from autotune.backends.cpu.machine import machine_bounds
+        return TileBounds(1, 256, machine_bounds())
 
     def device_spec(self, env: Environment) -> DeviceSpec:
         """The calibrated spec of this machine (``autotune calibrate``), else the defaults
@@ -78,19 +84,32 @@ class CpuBackendKind:
         groups are library GEMMs instead."""
         from autotune.backends.cpu.codegen import generate
         from autotune.backends.cpu.executor import CFLAGS
+        from autotune.backends.cpu.gemm_call import kernel_spec
+        from autotune.backends.cpu.gemm_driver import ENTRY, kernel_source
+        from search_spaces.kernel_fusion import kernel_parts
         from search_spaces.rewrite import rewritten
         w = rewritten(w, cand)             # the candidate's contraction orders applied
         src, kernels = generate(w, cand)
+        files = {"plan.c": src}
         notes = [f"compile by hand: cc {' '.join(CFLAGS)} plan.c -o plan.so -lm", ""]
         loop = {k.anchor for k in kernels}
         for k in kernels:
             notes.append(f"plan.c: {k.name}(void **args)  anchor {k.anchor}  "
                          f"args ({', '.join(k.args)})")
         for s in cand.schedules:
-            if s.anchor not in loop:
+            if s.impl == IMPL_KERNEL:
+                files[f"kernel_{s.anchor}.c"] = kernel_source(kernel_spec(w, cand, s.anchor))
+                parts = kernel_parts(w, cand.fused_pairs, s.anchor)
+                named = (("prologue A", parts.prologue_a and parts.prologue_a.producer),
+                         ("prologue B", parts.prologue_b and parts.prologue_b.producer),
+                         ("epilogue", parts.epilogue and parts.epilogue.consumer))
+                fusions = "".join(f"  {what} {w.op(op).text()}" for what, op in named if op)
+                notes.append(f"kernel_{s.anchor}.c: {ENTRY}(A, B, C, dims, alpha, extra)  "
+                             f"generated GEMM kernel  {w.op(parts.contraction).text()}{fusions}")
+            elif s.anchor not in loop:
                 notes.append(f"{s.anchor}: library GEMM (NumPy matmul / BLAS)  "
                              f"{w.op(s.anchor).text()}")
-        return EmittedSources({"plan.c": src}, tuple(notes))
+        return EmittedSources(files, tuple(notes))
 
     def backend(self, w: Workload, seed: int, cache_dir: Path,
                 settings: MeasureSettings = MeasureSettings()) -> WorkerBackend:

@@ -10,9 +10,11 @@ import pytest
 
 from search_spaces.kernel import (OUTER_A, SPLIT_BATCH, KernelBounds, KernelParams, default_params,
                                   kernel_options, legalize, micro_tiles)
-from autotune.backends.cpu.gemm_call import load_kernel, machine_bounds, store_for
-from autotune.backends.cpu.gemm_kernel import (STORE_COLS, STORE_ROWS, KernelSpec, Transform,
-                                               kernel_source)
+from autotune.backends.cpu.executor import load_gemm_kernel
+from autotune.backends.cpu.gemm_call import store_for
+from autotune.backends.cpu.gemm_driver import kernel_source
+from autotune.backends.cpu.gemm_kernel import STORE_COLS, STORE_ROWS, KernelSpec, Transform
+from autotune.backends.cpu.machine import machine_bounds
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +59,7 @@ SHAPES = [(1, 37, 53, 29), (1, 1, 1, 1), (1, 50, 70, 1), (3, 25, 41, 70), (2, 7,
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("layout", ["rows", "cols", "strided"])
 def test_kernel_matches_float64_matmul(kdir, dtype, layout):
-    kern = load_kernel(KernelSpec(_small(dtype), dtype), kdir)
+    kern = load_gemm_kernel(KernelSpec(_small(dtype), dtype), kdir)
     rng = np.random.default_rng(1)
     for nb, m, n, k in SHAPES:
         a, b = _operands(rng, dtype, nb, m, n, k, layout)
@@ -75,7 +77,7 @@ def test_every_packing_and_split_is_correct(kdir, change):
     p = _small(dtype)
     change = {k: (v if v is not None else getattr(p, k) * 3 // 2) for k, v in change.items()}
     p = legalize(replace(p, **change), 4)
-    kern = load_kernel(KernelSpec(p, dtype), kdir)
+    kern = load_gemm_kernel(KernelSpec(p, dtype), kdir)
     rng = np.random.default_rng(2)
     for layout in ("rows", "cols", "strided"):
         for nb, m, n, k in SHAPES + [(5, 19, 45, 40)]:
@@ -86,12 +88,30 @@ def test_every_packing_and_split_is_correct(kdir, change):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_streaming_stores_when_c_takes_one_k_slice(kdir, dtype):
+    """Streamed where the rows are 16-byte aligned, plain stores where not (an output that
+    starts one element into its buffer), accumulation as usual where K takes several slices."""
+    p = replace(_small(dtype), kc=64, stream=True)
+    src = kernel_source(KernelSpec(p, dtype))
+    assert "_mm_stream_p" in src and "SFENCE()" in src
+    kern = load_gemm_kernel(KernelSpec(p, dtype), kdir)
+    rng = np.random.default_rng(6)
+    for nb, m, n, k in [(1, 45, 64, 30), (2, 33, 70, 64), (1, 40, 48, 150)]:
+        a, b = _operands(rng, dtype, nb, m, n, k, "rows")
+        for offset in (0, 1):
+            buf = np.full(nb * m * n + 8, np.nan, dtype=dtype)
+            c = buf[offset:offset + nb * m * n].reshape(nb, m, n)
+            kern(a, b, c)
+            _check(c, a, b)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_column_major_output_stores_along_m(kdir, dtype):
     rng = np.random.default_rng(3)
     c = np.full((2, 61, 43), np.nan, dtype=dtype).transpose(0, 2, 1)   # (2, 43, 61), m unit
     assert store_for(c) == STORE_COLS
     assert store_for(np.empty((2, 43, 61), dtype=dtype)) == STORE_ROWS
-    kern = load_kernel(KernelSpec(_small(dtype), dtype, store=STORE_COLS), kdir)
+    kern = load_gemm_kernel(KernelSpec(_small(dtype), dtype, store=STORE_COLS), kdir)
     for layout in ("rows", "cols"):
         a, b = _operands(rng, dtype, 2, 43, 61, 35, layout)
         kern(a, b, c)
@@ -108,7 +128,7 @@ def test_broadcast_batch_of_b(kdir):
     a = rng.standard_normal((3, 20, 30)).astype(np.float32)
     b = rng.standard_normal((1, 30, 40)).astype(np.float32)
     c = np.empty((3, 20, 40), dtype=np.float32)
-    load_kernel(KernelSpec(_small("float32")), kdir)(a, b, c)
+    load_gemm_kernel(KernelSpec(_small("float32")), kdir)(a, b, c)
     _check(c, a, np.broadcast_to(b, (3, 30, 40)))
 
 
@@ -120,7 +140,7 @@ def test_prologue_and_epilogue_hooks(kdir, store):
                       prologue_a=Transform("{x} * x->scale[{m}]", ("scale",)),
                       epilogue=Transform("({x} + x->bias[{n}]) * 2", ("bias",)))
     assert spec.args == ("scale", "bias")
-    kern = load_kernel(spec, kdir)
+    kern = load_gemm_kernel(spec, kdir)
     rng = np.random.default_rng(5)
     m, n, k = 45, 39, 50                   # k > kc: the epilogue runs after the last K slice
     a, b = _operands(rng, "float32", 1, m, n, k, "rows")
@@ -133,7 +153,7 @@ def test_prologue_and_epilogue_hooks(kdir, store):
 
 
 def test_bad_arguments_are_refused(kdir):
-    kern = load_kernel(KernelSpec(_small("float32")), kdir)
+    kern = load_gemm_kernel(KernelSpec(_small("float32")), kdir)
     a = np.zeros((1, 4, 5), np.float32)
     with pytest.raises(ValueError):
         kern(a, np.zeros((1, 6, 3), np.float32), np.zeros((1, 4, 3), np.float32))

@@ -17,7 +17,7 @@ from autotune.search.state import memory_error
 from costmodel.model import memory_bytes
 from db.store import PlanDB
 from search_spaces.plans import named_plan
-from search_spaces.space import SearchSpace
+from search_spaces.space import SearchSpace, TileBounds
 
 from tests.support.fake_search import (CHEAP, DEV, NAMED, REUSED, assert_best_is_min_ok,
                                        cand_of, fake_key, measured_keys,
@@ -31,7 +31,10 @@ def w(small):
 
 @pytest.fixture
 def space(w):
-    return SearchSpace(w, backend_kind("cpu").tile_bounds)
+    # the cpu kind's loop tiles without the generated kernel: these tests pin the order of the
+    # first trials, which depends on every random draw from the space (the kernel impl, with
+    # its parameters, changes those draws; tests/autotune/backends/test_kernel_impl.py covers it)
+    return SearchSpace(w, TileBounds(1, backend_kind("cpu").tile_bounds.hi))
 
 
 def favourites(w, space, config):

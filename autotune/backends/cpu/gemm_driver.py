@@ -1,0 +1,182 @@
+"""The generated contraction kernel's driver: the loops over batch items and blocks, the
+threads and their packing buffers, the entry point :data:`ENTRY`, and the assembled source
+(:func:`kernel_source`).  What each piece computes: ``gemm_kernel``'s docstring.
+"""
+from __future__ import annotations
+
+from search_spaces.kernel import SPLIT_BATCH
+
+from autotune.backends.cpu.codegen import PRELUDE
+from autotune.backends.cpu.gemm_kernel import (STORE_COLS, KernelSpec, macro_source,
+                                               may_skip_a, may_skip_b, micro_kernel, packers)
+from autotune.backends.loops import SCALAR_TYPES
+
+ENTRY = "gemm_kernel"
+
+
+def _item(shared: bool) -> str:
+    """All blocks of one batch item.  ``shared``: called by every thread of a parallel region,
+    which split B's packing and the MC blocks between them (the loops' implicit barriers keep
+    the shared B block intact until every thread is done with it)."""
+    omp = "#pragma omp for schedule(static)" if shared else ""
+    name = "item_shared" if shared else "item_serial"
+    return f"""
+static void {name}(const T *RA, long ra_r, long ra_k, const T *RB, long rb_k, long rb_c, T *RC,
+                   long rc_r, long rc_c, long M, long N, long K, long mcx, int pa, int pb,
+                   int wr, T alpha, T *ab, T *bb, T *ea, T *eb, const X *x) {{
+  long nk = K > 0 ? (K + KC - 1) / KC : 1;
+  for (long jc = 0; jc < N; jc += NC) {{
+    long nc = N - jc < NC ? N - jc : NC;
+    for (long kb = 0; kb < nk; kb++) {{
+      long pc = kb * KC, kc = K - pc < KC ? K - pc : KC;
+      const T *Bb = RB + pc * rb_k + jc * rb_c;
+      if (pb) {{
+        {omp}
+        for (long jr = 0; jr < nc; jr += NR)
+          pack_b(kc, nc - jr < NR ? nc - jr : NR, Bb + jr * rb_c, rb_k, rb_c, bb + jr * kc,
+                 pc, jc + jr, x);
+      }}
+      {omp}
+      for (long ic = 0; ic < M; ic += mcx) {{
+        long mc = M - ic < mcx ? M - ic : mcx;
+        const T *Ab = RA + ic * ra_r + pc * ra_k;
+        if (pa) pack_a(mc, kc, Ab, ra_r, ra_k, ab, ic, pc, x);
+        macro(mc, nc, kc, pa ? ab : Ab, ra_r, ra_k, pa, pb ? bb : Bb, rb_k, pb,
+              RC + ic * rc_r + jc * rc_c, rc_r, rc_c, kb == 0 ? wr : 0, kb == nk - 1, alpha, ic,
+              jc, pc,
+              ea, eb, x);
+      }}
+    }}
+  }}
+}}
+"""
+
+
+def _entry(s: KernelSpec) -> str:
+    """``gemm_kernel(A, B, C, d, alpha, extra)``: ``d`` holds batch, M, N, K and the element
+    strides (batch, row, col) of A, B and C, then those of each extra array; ``extra`` the
+    arrays the transforms read (each batch item sees its own, moved by its batch stride)."""
+    if s.store == STORE_COLS:   # C^T = B^T A^T: the kernel's A is B, its rows are n
+        roles = ("long M = d[2], N = d[1];\n  const T *RA = B, *RB = A;\n"
+                 "  long ra_b = d[7], ra_r = d[9], ra_k = d[8];\n"
+                 "  long rb_b = d[4], rb_k = d[6], rb_c = d[5];\n"
+                 "  long rc_b = d[10], rc_r = d[12], rc_c = d[11];")
+    else:
+        roles = ("long M = d[1], N = d[2];\n  const T *RA = A, *RB = B;\n"
+                 "  long ra_b = d[4], ra_r = d[5], ra_k = d[6];\n"
+                 "  long rb_b = d[7], rb_k = d[8], rb_c = d[9];\n"
+                 "  long rc_b = d[10], rc_r = d[11], rc_c = d[12];")
+    fill = " ".join(f"xs.{a} = extra[{i}]; xs.{a}_b = d[{13 + 3 * i}]; "
+                    f"xs.{a}_r = d[{14 + 3 * i}]; xs.{a}_c = d[{15 + 3 * i}];"
+                    for i, a in enumerate(s.args))
+    moves = " ".join(f"y.{a} += b * x->{a}_b;" for a in s.args)
+    batch = "1" if s.params.split == SPLIT_BATCH else "0"
+    return f"""
+static __thread T *t_a, *t_b, *t_ea, *t_eb;
+static __thread long t_acap, t_bcap, t_eacap, t_ebcap;
+static T *g_b;
+static long g_bcap;
+
+static inline X at_batch(const X *x, long b) {{
+  X y = *x;
+  (void)b; {moves}
+  return y;
+}}
+
+static T *grow(T **buf, long *cap, long n) {{
+  if (n > *cap) {{
+    free(*buf);
+    *buf = (T *)aligned_alloc(64, ((n * (long)sizeof(T) + 63) / 64) * 64);
+    *cap = n;
+  }}
+  return *buf;
+}}
+
+void {ENTRY}(const T *A, const T *B, T *C, const long *d, double alpha_,
+                 const T *const *extra) {{
+  X xs = {{0}};
+  (void)extra; {fill}
+  const X *x = &xs;
+  long nb = d[0], K = d[3];
+  {roles}
+  if (nb <= 0 || M <= 0 || N <= 0) return;
+  T alpha = (T)alpha_;
+  int pa = {int(not may_skip_a(s))}, pb = {int(not may_skip_b(s))} || rb_c != 1;
+  long kcx = K < KC ? (K > 0 ? K : 1) : KC;
+  long ncx = ((N < NC ? N : NC) + NR - 1) / NR * NR;
+  int nt = omp_get_max_threads();
+  /* a C written in one K slice is streamed past the caches (no read for ownership) */
+  int wr = {int(s.params.stream)} && (K <= KC) ? 2 : 1;
+  if ({batch} && nb > 1) {{
+    #pragma omp parallel for schedule(dynamic, 1)
+    for (long b = 0; b < nb; b++) {{
+      T *ab = pa ? grow(&t_a, &t_acap, MC * kcx) : 0, *bb = pb ? grow(&t_b, &t_bcap, kcx * ncx) : 0;
+      T *ea = grow(&t_ea, &t_eacap, MR * kcx), *eb = grow(&t_eb, &t_ebcap, NR * kcx);
+      X xb = at_batch(x, b);
+      item_serial(RA + b * ra_b, ra_r, ra_k, RB + b * rb_b, rb_k, rb_c, C + b * rc_b, rc_r, rc_c,
+                  M, N, K, MC, pa, pb, wr, alpha, ab, bb, ea, eb, &xb);
+    }}
+    SFENCE();
+    return;
+  }}
+  /* as many row blocks as MC asks for, rounded up to a multiple of the threads */
+  long nblk = (M + MC - 1) / MC;
+  if (nblk % nt) nblk += nt - nblk % nt;
+  long mcx = ((M + nblk - 1) / nblk + MR - 1) / MR * MR;
+  T *bb = pb ? grow(&g_b, &g_bcap, kcx * ncx) : 0;
+  #pragma omp parallel
+  {{
+    T *ab = pa ? grow(&t_a, &t_acap, mcx * kcx) : 0;
+    T *ea = grow(&t_ea, &t_eacap, MR * kcx), *eb = grow(&t_eb, &t_ebcap, NR * kcx);
+    for (long b = 0; b < nb; b++) {{
+      X xb = at_batch(x, b);
+      item_shared(RA + b * ra_b, ra_r, ra_k, RB + b * rb_b, rb_k, rb_c, C + b * rc_b, rc_r, rc_c,
+                  M, N, K, mcx, pa, pb, wr, alpha, ab, bb, ea, eb, &xb);
+    }}
+    SFENCE();
+  }}
+}}
+"""
+
+
+def kernel_source(s: KernelSpec) -> str:
+    """The complete C source for ``s``: one entry point, :data:`ENTRY`."""
+    p = s.params
+    ct = SCALAR_TYPES[s.dtype][0]
+    members = "".join(f" const T *{a}; long {a}_b, {a}_r, {a}_c;" for a in s.args)
+    head = f"""/* generated by autotune: contraction kernel {s.digest} ({s.dtype}, {s.store}) */
+#include <math.h>
+#include <stdlib.h>
+#include <omp.h>
+typedef {ct} T;
+typedef T V __attribute__((vector_size({p.vec_bytes})));
+typedef T VU __attribute__((vector_size({p.vec_bytes}), aligned(sizeof(T))));
+typedef struct {{ int unused_;{members} }} X;
+#if defined(__SSE2__)
+#include <immintrin.h>
+typedef T V16 __attribute__((vector_size(16)));
+#define SFENCE() _mm_sfence()
+static inline void stream16(T *p, V v) {{
+  for (int q = 0; q < (int)(sizeof(V) / 16); q++) {{
+    V16 piece;
+    __builtin_memcpy(&piece, (char *)&v + 16 * q, 16);
+    {"_mm_stream_ps((float *)" if ct == "float" else "_mm_stream_pd((double *)"}(p + q * 16 / (int)sizeof(T)), piece);
+  }}
+}}
+#else
+#define SFENCE() ((void)0)
+static inline void stream16(T *p, V v) {{ *(VU *)p = v; }}
+#endif
+#define MR {p.mr}L
+#define NR {p.nr}L
+#define MC {p.mc}L
+#define KC {p.kc}L
+#define NC {p.nc}L
+"""
+    if not (s.prologue_a.identity and s.prologue_b.identity and s.epilogue.identity):
+        head = PRELUDE + head     # glibc's vector exp/log, for sigmoid gates in the transforms
+    parts = [head, micro_kernel(s, "ukr_p", packed_a=True)]
+    if may_skip_a(s):
+        parts.append(micro_kernel(s, "ukr_u", packed_a=False))
+    parts += [packers(s), macro_source(s), _item(False), _item(True), _entry(s)]
+    return "\n".join(parts) + "\n"

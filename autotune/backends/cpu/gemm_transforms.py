@@ -1,0 +1,175 @@
+"""A kernel group's fusions (:mod:`search_spaces.kernel_fusion`) as the kernel runs them: the
+epilogue's and the prologues' expressions in C, each a
+:class:`autotune.backends.cpu.gemm_kernel.Transform` over the value (``{x}``: the accumulator,
+or the main input's element being packed) and the other tensors it reads, and those tensors as
+the kernel's extra arrays: 3-d views over the contraction's index groups ((batch, m, n) for the
+epilogue, (batch, m, k) and (batch, k, n) for the prologues of A and B), broadcast (stride 0)
+along the indices a tensor lacks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from search_spaces.gemm import gemm_form
+from search_spaces.ir import Access, Binary, Call, Const, Expr, Pow, Unary
+from search_spaces.kernel_fusion import Epilogue, KernelParts, Prologue, group_strides
+from search_spaces.workload import Workload
+
+from autotune.backends.cpu.codegen import C_FUNCTIONS
+from autotune.backends.cpu.gemm_kernel import IDENTITY, Transform
+from autotune.backends.loops import COMMON_FUNCTIONS, SCALAR_TYPES
+
+# stand-ins for the Transform's placeholders while the C text (which has braces) is built
+_X, _R, _C = "\0x\0", "\0r\0", "\0c\0"
+
+
+@dataclass(frozen=True)
+class TransformOperand:
+    """A tensor a transform reads besides its value: ``tensor`` at subscript ``idx`` (the
+    fused op's index names), the kernel's extra array ``arg``; ``strides``: its element strides
+    over the transform's (batch, rows, cols) as its layout gives them, written into the C as
+    constants (so that a unit or zero stride vectorises), or None where the executor copies it
+    into a broadcastable array first and the kernel reads the strides at run time."""
+    arg: str
+    tensor: str
+    idx: tuple[str, ...]
+    strides: tuple[int, ...] | None
+
+
+@dataclass(frozen=True)
+class FusionSite:
+    """Where one fusion applies: the contraction and the fused op, how the op's index names
+    map onto the contraction's, the contraction's index groups the transform sees (batch, rows,
+    cols), the placeholder names of rows and cols, and the prefix of its extra arrays' names."""
+    contraction: str
+    op: str
+    to_contraction: tuple[tuple[str, str], ...]
+    groups: tuple[tuple[str, ...], ...]
+    rows: str
+    cols: str
+    prefix: str
+
+
+def sites(w: Workload, parts: KernelParts) -> list[tuple[FusionSite, Epilogue | Prologue]]:
+    """Each fusion of ``parts`` with its site, in the kernel's argument order (prologue of A,
+    of B, epilogue)."""
+    f = gemm_form(w.op(parts.contraction))
+    out = []
+    for pro, groups, rc in ((parts.prologue_a, (f.batch, f.m, f.k), ("m", "k")),
+                            (parts.prologue_b, (f.batch, f.k, f.n), ("k", "n"))):
+        if pro is not None:
+            out.append((FusionSite(parts.contraction, pro.producer,
+                                   tuple(pro.to_contraction(w).items()), groups, *rc,
+                                   pro.operand), pro))
+    if parts.epilogue is not None:
+        epi = parts.epilogue
+        out.append((FusionSite(parts.contraction, epi.consumer,
+                               tuple(epi.to_contraction(w).items()), (f.batch, f.m, f.n), "m",
+                               "n", "e"), epi))
+    return out
+
+
+def transform_code(w: Workload, site: FusionSite, is_value: Callable[[Access], bool],
+                   layout_of: Callable[[str], tuple[int, ...]]
+                   ) -> tuple[Transform, tuple[TransformOperand, ...]]:
+    """The fused op's expression as a Transform (``is_value``: the accesses that read
+    ``{x}``), and its extra arrays in the Transform's argument order."""
+    op = w.op(site.op)
+    p = w.op(site.contraction)
+    ext = dict(zip(p.domain, p.extents))
+    to_p = dict(site.to_contraction)
+    suf = SCALAR_TYPES[w.dtype][1]
+    functions = {**COMMON_FUNCTIONS, **C_FUNCTIONS}
+    operands: dict[tuple[str, tuple[str, ...]], TransformOperand] = {}
+
+    def text(e: Expr) -> str:
+        if isinstance(e, Const):
+            return f"((T){e.value!r})"
+        if isinstance(e, Access):
+            if is_value(e):
+                return _X
+            if (e.tensor, e.idx) not in operands:
+                st = group_strides(tuple(to_p[i] for i in e.idx), w.shapes[e.tensor],
+                                   layout_of(e.tensor), site.groups, ext)
+                operands[e.tensor, e.idx] = TransformOperand(
+                    f"{site.prefix}{len(operands)}", e.tensor, e.idx, st)
+            o = operands[e.tensor, e.idx]
+            r, c = (f"{o.strides[1]}L", f"{o.strides[2]}L") if o.strides is not None else \
+                (f"x->{o.arg}_r", f"x->{o.arg}_c")
+            return f"x->{o.arg}[{_R} * {r} + {_C} * {c}]"
+        if isinstance(e, Unary):
+            return f"(-{text(e.x)})"
+        if isinstance(e, Binary):
+            return f"({text(e.a)} {e.op} {text(e.b)})"
+        if isinstance(e, Pow):
+            if e.exponent == 0:
+                return "((T)1)"
+            # a GNU statement expression evaluates the base once
+            prod = " * ".join(["_p"] * abs(e.exponent))
+            body = f"({{ T _p = {text(e.base)}; {prod}; }})"
+            return f"(1/{body})" if e.exponent < 0 else body
+        if isinstance(e, Call):
+            return functions[e.fn].format(*[text(a) for a in e.args], s=suf)
+        raise ValueError(f"{site.op}: the kernel cannot evaluate {e!r} in a fusion")
+
+    c = text(op.expr).replace("{", "{{").replace("}", "}}")
+    c = c.replace(_X, "{x}").replace(_R, "{" + site.rows + "}").replace(_C, "{" + site.cols + "}")
+    ops = tuple(operands.values())
+    return Transform(c, tuple(o.arg for o in ops)), ops
+
+
+def is_value_of(fusion: Epilogue | Prologue) -> Callable[[Access], bool]:
+    """The accesses of a fused op that read the transform's value."""
+    if isinstance(fusion, Epilogue):
+        return lambda a: a.tensor == fusion.contraction
+    return lambda a: a.tensor == fusion.main and a.idx == fusion.main_idx
+
+
+def kernel_transforms(w: Workload, parts: KernelParts, layout_of
+                      ) -> tuple[dict[str, Transform], tuple[tuple[FusionSite,
+                                                                  TransformOperand], ...]]:
+    """The transforms of ``parts`` by hook ("prologue_a", "prologue_b", "epilogue"; identity
+    where there is no fusion) and every extra array with its site, in argument order."""
+    hooks = {"prologue_a": IDENTITY, "prologue_b": IDENTITY, "epilogue": IDENTITY}
+    extras = []
+    for site, fusion in sites(w, parts):
+        t, ops = transform_code(w, site, is_value_of(fusion), layout_of)
+        hook = "epilogue" if site.prefix == "e" else f"prologue_{site.prefix}"
+        hooks[hook] = t
+        extras += [(site, o) for o in ops]
+    return hooks, tuple(extras)
+
+
+def transform_arrays(w: Workload, extras: tuple[tuple[FusionSite, TransformOperand], ...], env
+                     ) -> tuple[np.ndarray, ...]:
+    """Each extra array of ``env`` (tensor name -> logical array) as a 3-d array over its
+    site's index groups: a strided view, broadcast where the tensor lacks an index, or a copy
+    where its storage nests a group's indices otherwise than row-major."""
+    out = []
+    for site, o in extras:
+        op = w.op(site.contraction)
+        ext = dict(zip(op.domain, op.extents))
+        to_p = dict(site.to_contraction)
+        order = [i for g in site.groups for i in g]
+        shape3 = [int(np.prod([ext[i] for i in g], dtype=np.int64)) for g in site.groups]
+        arr = env[o.tensor]
+        it = arr.itemsize
+        have = [to_p[i] for i in o.idx]
+        full = np.lib.stride_tricks.as_strided(
+            arr, [ext[i] for i in order],
+            [arr.strides[have.index(i)] if i in have else 0 for i in order], writeable=False)
+        view = full.view()
+        try:
+            view.shape = shape3
+        except AttributeError:
+            view = np.ascontiguousarray(full).reshape(shape3)
+        if o.strides is not None and any(s1 > 1 and st != want * it for s1, st, want in
+                                         zip(shape3, view.strides, o.strides)):
+            # the C was written for the candidate's layout: never read another one with it
+            raise ValueError(f"{o.tensor}: strides {view.strides} are not the layout's "
+                             f"{tuple(x * it for x in o.strides)}")
+        out.append(view)
+    return tuple(out)

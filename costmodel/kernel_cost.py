@@ -1,0 +1,135 @@
+"""The cost of a group run by the generated contraction kernel (impl ``kernel``, CPU).  Pure.
+
+A roofline at the kernel's rate, less the share of partial register tiles, over the traffic its
+blocking implies: A read once per NC block of columns, B once, C written once per KC slice (and
+read back on each later one; there is no zeroing pass).  Packing absorbs any strides, so only an
+operand that is no strided matrix at all is copied first (as for a library GEMM).  An epilogue
+or a prologue (search_spaces.kernel_fusion) adds its arithmetic at the loop rate and one read of
+each tensor it reads (a prologue's per packing pass of its operand); C is then the epilogue's
+result and A (or B) the prologue's main input, and the fused intermediate is never stored or
+loaded again: that saving is the difference from the unfused plan.  docs/costmodel.md gives the
+reasons.
+"""
+from __future__ import annotations
+
+import math
+
+from search_spaces.candidate import IMPL_KERNEL
+from search_spaces.kernel_fusion import group_strides, kernel_parts
+from search_spaces.gemm import as_matrix_view, gemm_form, operand_groups
+from search_spaces.ir import accesses
+from search_spaces.kernel import KernelParams
+from search_spaces.partition import Group
+
+from .devices import DeviceSpec
+from .estimate import FusedProducer, GroupCost
+from .rates import GEMM_FLOOR, SMALL_GEMM, loop_launch_s, transcendental_weight
+
+
+def tile_use(extent: int, tile: int) -> float:
+    """The share of the register tiles' lanes that hold real elements along one dim."""
+    return extent / (math.ceil(extent / tile) * tile) if extent else 1.0
+
+
+def kernel_operands(w, fused, anchor: str, layout_of, item: int):
+    """The group's KernelParts and (tensor, bytes, role, copied) for everything the kernel
+    group anchored at ``anchor`` touches: what it packs as A and B (``role`` "a", "b": the
+    operand, or its prologue's main input), C ("c"), the prologues' other tensors (read with
+    their operand: "a", "b") and the epilogue's ("e"); ``copied``: bytes the executor copies
+    first (a tensor no strided view expresses)."""
+    parts = kernel_parts(w, fused, anchor)
+    p = parts.contraction
+    op = w.op(p)
+    form = gemm_form(op)
+    ext = dict(zip(op.domain, op.extents))
+    ga, gb, go = operand_groups(form)
+    size = lambda grp: math.prod(ext[i] for g in grp for i in g) * item
+    rows = []
+    for role, read, grp, pro in (("a", form.a, ga, parts.prologue_a),
+                                 ("b", form.b, gb, parts.prologue_b)):
+        if pro is None:
+            rows.append(_row(w, read.tensor, read.idx, grp, role, layout_of, item))
+            continue
+        to_p = pro.to_contraction(w)
+        rows.append(_row(w, pro.main, tuple(to_p[i] for i in pro.main_idx), grp, role,
+                         layout_of, item))
+        rows += _others(w, pro.producer, lambda a, pro=pro: (a.tensor, a.idx) == (
+            pro.main, pro.main_idx), to_p, grp, ext, role, size(grp), layout_of, item)
+    if parts.epilogue is None:
+        rows.append(_row(w, p, op.parallel, go, "c", layout_of, item))
+    else:
+        epi = parts.epilogue
+        to_p = epi.to_contraction(w)
+        c = w.op(epi.consumer)
+        rows.append(_row(w, epi.consumer, tuple(to_p[i] for i in c.parallel), go, "c",
+                         layout_of, item))
+        rows += _others(w, epi.consumer, lambda a: a.tensor == p, to_p, go, ext, "e",
+                        size(go), layout_of, item)
+    return parts, rows
+
+
+def _row(w, tensor, idx, grp, role, layout_of, item):
+    nbytes = math.prod(w.shapes[tensor]) * item
+    viewable = as_matrix_view(idx, w.shapes[tensor], layout_of(tensor), grp)
+    return tensor, nbytes, role, 0.0 if viewable else nbytes
+
+
+def _others(w, fused_op, is_value, to_p, grp, ext, role, whole, layout_of, item):
+    """Rows for the tensors a fused op reads besides its value: each once, or a broadcast
+    copy as large as the group (``whole`` bytes) where its layout does not nest the group."""
+    out = []
+    for t, idx in dict.fromkeys((a.tensor, a.idx) for a in accesses(w.op(fused_op).expr)
+                                if not is_value(a)):
+        flat = group_strides(tuple(to_p[i] for i in idx), w.shapes[t], layout_of(t), grp, ext)
+        out.append((t, math.prod(w.shapes[t]) * item, role, 0.0 if flat else whole))
+    return out
+
+
+def kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev: DeviceSpec,
+                 item: int) -> GroupCost:
+    """The group ``g`` (a contraction, with its epilogue or alone) run by the kernel with
+    parameters ``k`` (None: a hand-written candidate that left them out, priced as one block
+    without padding)."""
+    parts, rows = kernel_operands(w, fused, g.anchor, layout_of, item)
+    p = parts.contraction
+    op = w.op(p)
+    form = gemm_form(op)
+    ext = dict(zip(op.domain, op.extents))
+    size = lambda idx: math.prod(ext[i] for i in idx)
+    b_, m, n, kk = size(form.batch), size(form.m), size(form.n), size(form.k)
+    flops = 2.0 * b_ * m * n * kk
+    mr, nr, nc, kc = (k.mr, k.nr, k.nc, k.kc) if k is not None else (1, 1, max(n, 1), max(kk, 1))
+    eff = tile_use(m, mr) * tile_use(n, nr) * min(1.0, kk / SMALL_GEMM) ** 0.5
+    passes = {"a": math.ceil(n / nc), "b": 1, "c": 2 * max(1, math.ceil(kk / kc)) - 1, "e": 1}
+    bytes_ = sum(nbytes * passes[role] for _, nbytes, role, _ in rows)
+    unique = sum(nbytes for _, nbytes, _, _ in rows)
+    # a copy reads and writes each byte with one side strided
+    copy_bytes = sum(2 * copied * dev.access.transpose_copy for *_, copied in rows)
+    compute = flops / ((dev.kernel_flops or dev.gemm_flops) * max(eff, GEMM_FLOOR))
+    # the fused ops' arithmetic at the loop rate: an epilogue once per element of C, a
+    # prologue once per element of its operand and packing pass
+    fused_flops = trans = 0.0
+    for name, times in ((parts.epilogue and parts.epilogue.consumer, 1),
+                        (parts.prologue_a and parts.prologue_a.producer, passes["a"]),
+                        (parts.prologue_b and parts.prologue_b.producer, passes["b"])):
+        if name:
+            x = w.op(name)
+            f, t = x.flops_per_iteration()
+            fused_flops += float(f * x.out_size * times)
+            trans += float(t * x.out_size * times)
+            compute += x.out_size * times * (f + transcendental_weight(x.expr, dev)) \
+                / dev.loop_flops
+    memory = bytes_ / dev.bandwidth
+    total = max(compute, memory) + loop_launch_s(dev) + copy_bytes / dev.bandwidth
+    return GroupCost(ops=tuple(g.members), anchor=g.anchor, impl=IMPL_KERNEL, tiles=(),
+                     predicted_s=total, flops=flops + fused_flops, recomputed_flops=0.0,
+                     transcendentals=trans, bytes=bytes_ + copy_bytes, unique_bytes=unique,
+                     launches=1, bound="compute" if compute >= memory else "memory",
+                     fused=tuple(FusedProducer(m, 1.0) for m in parts.members
+                                 if m != g.anchor))
+
+
+def kernel_copy_bytes(w, fused, anchor: str, layout_of, item: int) -> int:
+    """Bytes of the copies the executor makes around the kernel group (peak memory)."""
+    return int(sum(copied for *_, copied in kernel_operands(w, fused, anchor, layout_of,
+                                                            item)[1]))

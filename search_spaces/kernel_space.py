@@ -1,0 +1,105 @@
+"""The search space's questions about the generated contraction kernel (the ``kernel`` impl).
+
+A contraction run by the kernel is asked ``kernel:<contraction>:<name>`` for each of its
+:class:`~search_spaces.kernel.KernelParams` (the register tile as an index into the machine's
+tiles, the cache blocks, packing, the thread split, the loop order, streaming stores), among the
+legal values :func:`~search_spaces.kernel.kernel_options` gives for this machine.  Block sizes are
+listed for the default register tile; :func:`~search_spaces.kernel.legalize` rounds them to the
+tile chosen, so :func:`kernel_answer` maps a value back onto the option that rounds to it.
+A kernel contraction may also take an elementwise consumer as its epilogue and the elementwise
+producers of its operands as prologues (:mod:`search_spaces.kernel_fusion`):
+:func:`ask_kernel_fusions` asks those fusions.  Pure: no I/O.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from .candidate import IMPL_KERNEL, Candidate, GroupSchedule
+from .kernel_fusion import epilogue_of, prologue_of
+from .gemm import gemm_form
+from .kernel import KernelBounds, KernelParams, kernel_options, legalize
+from .workload import Workload
+
+Choose = Callable[[str, Sequence], object]
+
+
+def _itemsize(w: Workload) -> int:
+    return 4 if w.dtype == "float32" else 8
+
+
+def kernel_question_options(bounds: KernelBounds, w: Workload, contraction: str
+                            ) -> dict[str, list]:
+    """The options of every ``kernel:<contraction>:<name>`` question, by name, in the order
+    :func:`kernel_params` asks them."""
+    op = w.op(contraction)
+    ext = dict(zip(op.domain, op.extents))
+    batch = 1
+    for i in gemm_form(op).batch:
+        batch *= ext[i]
+    o = kernel_options(bounds, _itemsize(w), batch)
+    return {"tile": list(range(len(o.tiles))), "mc": list(o.mc), "kc": list(o.kc),
+            "nc": list(o.nc), "pack_a": [1, 0], "pack_b": [1, 0], "split": list(o.splits),
+            "outer": list(o.outers), "stream": [0, 1]}
+
+
+def kernel_params(bounds: KernelBounds, w: Workload, contraction: str,
+                  choose: Choose) -> KernelParams:
+    """The kernel's parameters for ``contraction``, each asked through ``choose``."""
+    item = _itemsize(w)
+    o = kernel_options(bounds, item, 1)
+    opts = kernel_question_options(bounds, w, contraction)
+    ask = {name: choose(f"kernel:{contraction}:{name}", vals) for name, vals in opts.items()}
+    mr, nr = o.tiles[int(ask["tile"])]
+    p = KernelParams(mr, nr, int(ask["mc"]), int(ask["kc"]), int(ask["nc"]),
+                     bool(ask["pack_a"]), bool(ask["pack_b"]), str(ask["split"]),
+                     o.default.vec_bytes, str(ask["outer"]), bool(ask["stream"]))
+    return legalize(p, item)
+
+
+def kernel_answer(k: KernelParams | None, what: str, bounds: KernelBounds, w: Workload,
+                  opts: Sequence):
+    """The option of question ``kernel:<contraction>:<what>`` that yields ``k``'s value (the
+    first option for a schedule without parameters)."""
+    if k is None:
+        return opts[0]
+    if what == "tile":
+        tiles = kernel_options(bounds, _itemsize(w), 1).tiles
+        return tiles.index((k.mr, k.nr)) if (k.mr, k.nr) in tiles else opts[0]
+    if what in ("mc", "nc"):
+        unit, want = (k.mr, k.mc) if what == "mc" else (k.nr, k.nc)
+        return next((o for o in opts if max(unit, o // unit * unit) == want), opts[0])
+    if what in ("pack_a", "pack_b", "stream"):
+        return int(getattr(k, what))
+    return getattr(k, what)
+
+
+def ask_kernel_fusions(w: Workload, edges, forbid, force, impl: dict[str, str],
+                       choose: Choose) -> list[tuple[str, str]]:
+    """The fused edges of kernel groups (:mod:`search_spaces.kernel_fusion`): ``fuse:p->c``
+    asked (or forced) for every kernel contraction ``p`` and consumer ``c`` that may be its
+    epilogue, then ``fuse:q->p`` for every producer ``q`` that may be its prologue.  An op
+    joins one kernel group at most (the first edge in edge order that says yes), and none
+    where a forced edge outside the group touches it (the loop fusion it asks for wins)."""
+    out: list[tuple[str, str]] = []
+    taken: set[str] = set()
+    for epilogue in (True, False):
+        for p, c in edges:
+            kern, other = (p, c) if epilogue else (c, p)
+            legal = epilogue_of(w, p, c) if epilogue else prologue_of(w, p, c)
+            if impl.get(kern) != IMPL_KERNEL or (p, c) in forbid or other in taken \
+                    or legal is None or any(other in e and e != (p, c) for e in force):
+                continue
+            if (p, c) in force or choose(f"fuse:{p}->{c}", [0, 1]):
+                out.append((p, c))
+                taken.add(other)
+    return out
+
+
+def kernel_schedule(cand: Candidate, contraction: str) -> GroupSchedule | None:
+    """The schedule of the group that runs ``contraction``: its own (alone or with prologues),
+    or that of the consumer fused into it as an epilogue (None where it is fused deeper,
+    into a loop group)."""
+    for s in cand.schedules:
+        if s.anchor == contraction or f"{contraction}->{s.anchor}" in cand.fused:
+            return s
+    return None

@@ -1,0 +1,184 @@
+"""Epilogue fusion into the generated kernel: an elementwise consumer of a kernel contraction
+evaluated on the accumulator tile and stored in its own layout.  The space offers it only where
+it is legal, params_of rebuilds it, the CPU executor runs it (verified against the float64
+reference: built-ins and workloads written here, batched, transposing, broadcasting operands
+in any layout), the cost model prices the saved store and load, and emit shows it."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import costmodel
+from autotune.backends.base import verify
+from autotune.backends.cpu.executor import CompiledPlan
+from autotune.backends.factory import backend_kind
+from autotune.reference import reference
+from search_spaces import load_workload
+from search_spaces.candidate import IMPL_KERNEL, Candidate
+from search_spaces.kernel_fusion import epilogue_of, kernel_parts
+from search_spaces.partition import groups
+from search_spaces.space import SearchSpace, params_of
+from tests.search_spaces.test_orders import workload
+
+
+@pytest.fixture(scope="module")
+def kdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("kernel-epilogue")
+
+
+def space_of(w) -> SearchSpace:
+    return SearchSpace(w, backend_kind("cpu").tile_bounds)
+
+
+def kernel_plan(space: SearchSpace, seed: int | None, fuse=lambda edge: 1) -> Candidate:
+    """GEMM-shaped contractions on the kernel, ``fuse(edge)`` answering every fusion, every
+    other choice random (the first option for ``seed`` None)."""
+    rng = np.random.default_rng(seed) if seed is not None else None
+
+    def choose(name, opts):
+        if name.startswith("impl:") and IMPL_KERNEL in opts:
+            return IMPL_KERNEL
+        if name.startswith("fuse:"):
+            return fuse(name.split("@")[0][5:])
+        return opts[int(rng.integers(len(opts)))] if rng is not None else opts[0]
+    return space.build(choose)
+
+
+def epilogues(w, cand) -> dict[str, str]:
+    """consumer -> contraction of every kernel group with an epilogue."""
+    out = {}
+    for s in cand.schedules:
+        if s.impl == IMPL_KERNEL:
+            parts = kernel_parts(w, cand.fused_pairs, s.anchor)
+            if parts.epilogue is not None:
+                out[s.anchor] = parts.contraction
+    return out
+
+
+def run_checked(w, cand, kdir, seed=0):
+    inputs = w.random_inputs(seed)
+    err, why = verify(CompiledPlan(w, cand, kdir)(**inputs), reference(w, inputs), w.rtol)
+    assert not why, f"{cand.to_json()}: {why}"
+
+
+def test_legality(small):
+    w = small("trimul_outgoing")
+    assert epilogue_of(w, "pa", "a") is not None and epilogue_of(w, "ga", "a") is not None
+    assert epilogue_of(w, "po", "out") is not None        # an output as the epilogue's result
+    assert epilogue_of(w, "t", "tc") is None               # t is read by mu2 too
+    assert epilogue_of(w, "t", "mu2") is None              # a reduction
+    assert epilogue_of(w, "xn", "pa") is None              # no contraction to fuse into
+    g = small("gated_mlp")
+    assert epilogue_of(g, "g", "hid") is not None          # reads g twice: one accumulator
+    assert epilogue_of(g, "y", "out") is not None
+    causal = small("causal_attention")
+    assert all(epilogue_of(causal, p, c) is None for p, c in SearchSpace(causal).edges
+               if c == "sm")                                 # where() needs single indices
+
+
+@pytest.mark.parametrize("name", ["trimul_outgoing", "gated_mlp"])
+def test_builtin_epilogues_run_verified_and_rebuild(small, name, kdir):
+    w = small(name)
+    space = space_of(w)
+    seen: set[str] = set()
+    for seed in range(3):
+        cand = kernel_plan(space, seed)
+        epi = epilogues(w, cand)
+        assert epi, cand.to_json()
+        seen |= set(epi)
+        for c, p in epi.items():
+            assert f"{p}->{c}" in cand.fused and cand.schedule(c).kernel is not None
+            assert not any(s.anchor == p for s in cand.schedules)   # p is never stored
+        params = params_of(space, cand)
+        assert params is not None and space.build(lambda n, o: params[n]).key == cand.key
+        assert Candidate.from_json(cand.to_json()) == cand
+        run_checked(w, cand, kdir, seed)
+    want = {"trimul_outgoing": {"a", "b", "out"}, "gated_mlp": {"hid", "out"}}[name]
+    assert seen == want
+
+
+def test_the_other_projection_may_be_the_epilogue(small, kdir):
+    """trimul's a = mask * sigmoid(ga + b_ga) * (pa + b_a): either projection's kernel may
+    apply it; the other is read as a tensor."""
+    w = small("trimul_outgoing")
+    space = space_of(w)
+    cand = kernel_plan(space, 1, fuse=lambda e: int(e not in ("ga->a", "gb->b")))
+    assert epilogues(w, cand)["a"] == "pa" and epilogues(w, cand)["b"] == "pb"
+    assert "ga->a" not in cand.fused
+    run_checked(w, cand, kdir, 1)
+
+
+def test_unfused_kernel_keeps_its_consumer_apart(small, kdir):
+    w = small("gated_mlp")
+    cand = kernel_plan(space_of(w), 0, fuse=lambda e: 0)
+    assert epilogues(w, cand) == {}
+    assert {s.anchor for s in cand.schedules if s.impl == IMPL_KERNEL} == {"g", "u", "y"}
+    run_checked(w, cand, kdir)
+
+
+WRITTEN = [
+    # transposing store, a bias by column, a mask by row and column, a power and a relu
+    ("p[i,j] += A[i,k] * B[k,j]\nq[j,i] = relu(p[i,j] + bias[j]) * M[i,j] - 0.5 * p[i,j] ** 2",
+     {"I": 37, "J": 29, "K": 23}, {"A": ["I", "K"], "B": ["K", "J"], "bias": ["J"],
+                                   "M": ["I", "J"]}, ("q",)),
+    # batched, with a per-batch operand: each batch item sees its own slice
+    ("r[b,i,j] += X[b,i,k] * Y[b,k,j]\ns[b,i,j] = r[b,i,j] * g[b,j] + h[i] * 3.0",
+     {"Z": 3, "I": 21, "J": 34, "K": 17}, {"X": ["Z", "I", "K"], "Y": ["Z", "K", "J"],
+                                           "g": ["Z", "J"], "h": ["I"]}, ("s",)),
+    # rows (i, j) flattened; u[i] does not nest into them: copied into a broadcast first;
+    # an intermediate operand (e, computed by a loop group) in whatever layout the plan picks
+    ("e[i,j,n] = exp(E[i,j,n])\np[i,j,n] += X[i,j,k] * W[k,n]\n"
+     "c[i,j,n] = sigmoid(p[i,j,n]) * u[i] + e[i,j,n]",
+     {"I": 6, "J": 7, "N": 19, "K": 11}, {"E": ["I", "J", "N"], "X": ["I", "J", "K"],
+                                          "W": ["K", "N"], "u": ["I"]}, ("c",)),
+]
+
+
+@pytest.mark.parametrize("case", range(len(WRITTEN)))
+def test_written_workloads(case, kdir):
+    program, dims, inputs, outputs = WRITTEN[case]
+    w = workload(program, dims, inputs, outputs=outputs)
+    space = space_of(w)
+    consumer = outputs[0]
+    for seed in range(4):
+        cand = kernel_plan(space, seed)
+        assert consumer in epilogues(w, cand), cand.to_json()
+        params = params_of(space, cand)
+        assert params is not None and space.build(lambda n, o: params[n]).key == cand.key
+        run_checked(w, cand, kdir, seed)
+
+
+def test_a_forced_loop_fusion_wins_over_the_epilogue(small):
+    w = workload("p[i,j] += A[i,k] * B[k,j]\nq[i,j] = p[i,j] * 2.0\nr[i,j] = q[i,j] + 1.0",
+                 {"I": 8, "J": 8, "K": 8}, {"A": ["I", "K"], "B": ["K", "J"]}, outputs=("r",),
+                 space='[space]\nforce_fusion = ["q->r"]\n')
+    cand = kernel_plan(space_of(w), 0)
+    assert epilogues(w, cand) == {} and "q->r" in cand.fused
+
+
+def test_cost_model_prices_the_saved_store_and_load():
+    w = load_workload("gated_mlp", {"T": 2048, "C": 256, "F": 1024})
+    space = space_of(w)
+    dev = costmodel.preset("cpu")
+    fused = kernel_plan(space, None, fuse=lambda e: int(e == "y->out"))
+    apart = kernel_plan(space, None, fuse=lambda e: 0)
+    assert fused.schedule("out").kernel == apart.schedule("y").kernel
+    assert epilogues(w, fused) == {"out": "y"} and epilogues(w, apart) == {}
+    ef, ea = costmodel.estimate(w, fused, dev), costmodel.estimate(w, apart, dev)
+    g = next(x for x in ef.groups if x.anchor == "out")
+    assert g.impl == IMPL_KERNEL and set(g.ops) == {"y", "out"} and g.fused
+    parts = [x for x in ea.groups if x.anchor in ("y", "out")]
+    y_bytes = 2048 * 256 * 4
+    # the intermediate's store and its load by the loop group are gone, nothing else changes
+    assert sum(x.bytes for x in parts) - g.bytes >= 2 * y_bytes * 0.99
+    assert ef.total_s < ea.total_s
+    assert costmodel.memory_bytes(w, fused, 2) < costmodel.memory_bytes(w, apart, 2)
+
+
+def test_emit_names_the_epilogue(small):
+    w = small("gated_mlp")
+    cand = kernel_plan(space_of(w), 0)
+    em = backend_kind("cpu").emit(w, cand)
+    assert "kernel_out.c" in em.files and "x->e0" in em.files["kernel_out.c"]
+    assert any("kernel_out.c" in n and "epilogue out[" in n for n in em.notes)
+    assert [g.anchor for g in groups(w, cand.fused_pairs)].count("out") == 1
