@@ -119,7 +119,8 @@ def test_cpu_timed_call_times_the_checked_run_and_repeats(cpu_case):
     plan = CountingPlan(w, cand, cache)
     seen = []
     outs, times = plan.timed_call(inputs, 1, 3, check=lambda o: seen.append(o) or True)
-    assert len(seen) == 1 and plan.runs == 1 + 1 + 2     # checked, warm-up, two more timed
+    # checked (short: not a sample), its timed successor, warm-up, two more timed
+    assert len(seen) == 1 and plan.runs == 1 + 1 + 1 + 2
     assert len(times) == 3 and all(t > 0 for t in times)
     assert not verify(outs, ref, w.rtol)[1]
 
