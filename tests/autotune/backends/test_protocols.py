@@ -137,10 +137,11 @@ def test_cpu_timed_call_stops_when_it_cannot_be_the_best(cpu_case):
     w, inputs, _, cand, cache = cpu_case
     plan = CountingPlan(w, cand, cache)
     _, times = plan.timed_call(inputs, 1, 5, cutoff=Cutoff(1e-12, 1.15, 1.05))
-    assert len(times) == 1 and plan.runs == 1            # far off: one run tells
+    # far off: one timed run tells (a short plan's checked call, then its timed successor)
+    assert len(times) == 1 and plan.runs == 2
     plan = CountingPlan(w, cand, cache)
     _, times = plan.timed_call(inputs, 1, 5, cutoff=Cutoff(1e-12, math.inf, 1.05))
-    assert len(times) == 2 and plan.runs == 3            # two runs out of contention
+    assert len(times) == 2 and plan.runs == 4            # two runs out of contention
 
 
 def test_cuda_plan_checks_its_first_run_and_releases(cpu_case):
