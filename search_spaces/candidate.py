@@ -17,17 +17,24 @@ class GroupSchedule:
 
     ``tiles`` gives a tile size per parallel index of the anchor (a size >= the extent means the
     whole extent).  ``impl`` is ``loop`` or, for a group holding a single contraction, ``library``.
+    ``chain_block``: for a group that is an online-softmax chain (search_spaces.chain) walked in
+    blocks of its reduced index, the block size; 0 for every other group.
     """
     anchor: str
     tiles: tuple[int, ...]
     impl: str = IMPL_LOOP
+    chain_block: int = 0
 
     def to_dict(self) -> dict:
-        return {"anchor": self.anchor, "tiles": list(self.tiles), "impl": self.impl}
+        d = {"anchor": self.anchor, "tiles": list(self.tiles), "impl": self.impl}
+        if self.chain_block:    # absent otherwise: plans without chains keep their keys
+            d["chain_block"] = self.chain_block
+        return d
 
     @staticmethod
     def from_dict(d: dict) -> "GroupSchedule":
-        return GroupSchedule(d["anchor"], tuple(int(t) for t in d["tiles"]), d.get("impl", IMPL_LOOP))
+        return GroupSchedule(d["anchor"], tuple(int(t) for t in d["tiles"]), d.get("impl", IMPL_LOOP),
+                             int(d.get("chain_block", 0)))
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from itertools import permutations
 from typing import Callable, Sequence
 
 from .candidate import IMPL_LIBRARY, IMPL_LOOP, Candidate, GroupSchedule, make_candidate
+from .chain import Chain, detect
 from .gemm import gemm_form
 from .orders import OrderChoices, order_choices
 from .partition import groups, materialized, repair
@@ -31,16 +32,20 @@ from .workload import Workload
 # Version of the candidate encoding (parameters, their meaning, Candidate JSON).  It is part of
 # every plan key (db.keys.PlanKey.for_env reads it): bump it whenever the encoding changes.
 # 2: contraction orders (the order:STMT parameters, Candidate.orders).
-SPACE_VERSION = "2"
+# 4: online-softmax chains (the chain:ANCHOR and chain_block:ANCHOR parameters,
+#    GroupSchedule.chain_block); "3" is the GEMM kernel's.
+SPACE_VERSION = "4"
 UNSPLIT = "none"          # the order:STMT answer that leaves the statement as written
 Choose = Callable[[str, Sequence], object]
 
 
 @dataclass(frozen=True)
 class TileBounds:
-    """Tile sizes a backend accepts: powers of two in [lo, hi]."""
+    """Tile sizes a backend accepts: powers of two in [lo, hi]; ``chains``: whether its code
+    generator runs online-softmax chains (search_spaces.chain), so that its spaces offer them."""
     lo: int = 1
     hi: int = 256
+    chains: bool = True
 
 
 class SearchSpace:
@@ -77,6 +82,8 @@ class SearchSpace:
             self.tile_options[op.out] = per_dim
         self.library_ok = {op.out for op in w.ops if gemm_form(op) is not None}
         self.auto_layouts = self._auto_layouts()
+        # `chains = false` in [space] turns the online-softmax fusion off for one workload
+        self.chains = detect(w) if bounds.chains and spec.get("chains", True) else {}
 
     # ---- contraction orders --------------------------------------------------------------
     def variant(self, orders: Orders) -> "SearchSpace":
@@ -110,6 +117,10 @@ class SearchSpace:
         if kind == "impl" and rest in self.w.producer and self.w.op(rest).is_contraction:
             return [i for i in self.impls if i != IMPL_LIBRARY or rest in self.library_ok] \
                 or [IMPL_LOOP]
+        if kind == "chain":
+            return [0, 1] if rest in self.chains else None
+        if kind == "chain_block":
+            return self.chain_blocks(rest) if rest in self.chains else None
         if kind == "fuse":
             return [0, 1] if tuple(rest.split("->")) in self.edges else None
         if kind == "layout":
@@ -132,6 +143,16 @@ class SearchSpace:
                 question = f"{question}@{tag}"
             return choose(question, opts)
         return ask
+
+    # ---- online-softmax chains -----------------------------------------------------------
+    def chain_blocks(self, anchor: str) -> list[int]:
+        """Values of ``chain_block:ANCHOR``: powers of two below the walked extent (a block of
+        the whole extent is one pass with no rescale: the unchained group does that)."""
+        ext = self.chains[anchor].extent
+        return [b for b in (16, 32, 64, 128, 256) if b < ext] or [ext]
+
+    def ask_chains(self, choose: Choose) -> dict[str, Chain]:
+        return {a: ch for a, ch in sorted(self.chains.items()) if choose(f"chain:{a}", [0, 1])}
 
     # ---- layouts -------------------------------------------------------------------------
     def layout_options(self, tensor: str) -> list[tuple[int, ...]]:
@@ -188,26 +209,33 @@ class SearchSpace:
             sub = self.variant(orders)
             return replace(sub.build(self._qualified(choose, sub, orders), name), orders=orders)
         w = self.w
+        chains = self.ask_chains(choose)
+        # a chained group is exactly its chain: its members run as generated loops, and no
+        # other edge touches them (the chain's own edges are forced below)
+        inchain = {m for ch in chains.values() for m in ch.members}
         impl = {}
         for op in w.ops:
-            if op.is_contraction:
+            if op.is_contraction and op.out not in inchain:
                 opts = [i for i in self.impls if i != IMPL_LIBRARY or op.out in self.library_ok]
                 impl[op.out] = choose(f"impl:{op.out}", opts or [IMPL_LOOP])
         wanted = []
         for p, c in self.edges:
-            if (p, c) in self.forbid:
+            if (p, c) in self.forbid or p in inchain or c in inchain:
                 continue
             if impl.get(p) == IMPL_LIBRARY or impl.get(c) == IMPL_LIBRARY:
                 continue  # a library GEMM runs alone: its operands and result are materialized
             if (p, c) in self.force or choose(f"fuse:{p}->{c}", [0, 1]):
                 wanted.append((p, c))
-        forced = [e for e in self.force if impl.get(e[0]) != IMPL_LIBRARY
-                  and impl.get(e[1]) != IMPL_LIBRARY]
+        forced = [e for ch in chains.values() for e in ch.edges] + [
+            e for e in self.force if impl.get(e[0]) != IMPL_LIBRARY
+            and impl.get(e[1]) != IMPL_LIBRARY and not {e[0], e[1]} & inchain]
         fused = repair(w, wanted, forced)
-        return self.finish(fused, impl, choose, name)
+        return self.finish(fused, impl, choose, name, tuple(chains))
 
-    def finish(self, fused: set, impl: dict, choose: Choose, name: str = "") -> Candidate:
-        """Layouts and schedules for a fixed partition."""
+    def finish(self, fused: set, impl: dict, choose: Choose, name: str = "",
+               chains: tuple[str, ...] = ()) -> Candidate:
+        """Layouts and schedules for a fixed partition; ``chains``: the anchors of the groups
+        that run as online-softmax chains (each group exactly its chain's members)."""
         w = self.w
         mats = materialized(w, fused)
         layouts = {}
@@ -223,7 +251,9 @@ class SearchSpace:
                 continue
             tiles = tuple(int(choose(f"tile:{g.anchor}:{k}", opts))
                           for k, opts in enumerate(self.tile_options[g.anchor]))
-            scheds.append(GroupSchedule(g.anchor, tiles, IMPL_LOOP))
+            block = int(choose(f"chain_block:{g.anchor}", self.chain_blocks(g.anchor))) \
+                if g.anchor in chains else 0
+            scheds.append(GroupSchedule(g.anchor, tiles, IMPL_LOOP, block))
         return make_candidate([f"{p}->{c}" for p, c in fused], layouts, scheds, name)
 
     def random(self, rng) -> Candidate:
@@ -247,6 +277,9 @@ def params_of(space: SearchSpace, cand: Candidate) -> dict[str, object] | None:
         kind, _, rest = name.split("@", 1)[0].partition(":")
         if kind == "order":
             val = tree_text(trees[rest]) if rest in trees else UNSPLIT
+        elif kind in ("chain", "chain_block"):
+            block = next((s.chain_block for s in cand.schedules if s.anchor == rest), 0)
+            val = int(block > 0) if kind == "chain" else block
         elif kind == "impl":
             try:
                 val = cand.schedule(rest).impl

@@ -1,0 +1,161 @@
+"""The body of an online-softmax chain group (search_spaces.chain), for C-family emitters.
+
+Inside one anchor tile the chain runs row by row: per row it walks the reduced index in blocks,
+evaluating the score ops into block buffers (``S_<op>``), then the block's max, the rescale
+factor ``exp(m_old - m_new)`` applied to the running sum and the contraction's accumulators
+(``ACC``, one per free index point of the tile), the block's exponentials (``PB``), and their
+sums.  At the end the accumulators are divided by the sum where the chain normalises, the
+max, sum and contraction are written where something outside reads them, and the epilogue
+writes the anchor.  The scores and exponentials never leave the block buffers.
+
+:class:`ChainLoops` is a mixin over a :class:`autotune.backends.loops.LoopEmitter` language
+subclass: it uses that class's literals, functions, loops and global offsets.
+"""
+from __future__ import annotations
+
+import math
+
+from search_spaces.chain import WALKED, Chain
+from search_spaces.ir import Access
+
+
+class ChainLoops:
+    """Prints one chain group; call :meth:`setup_chain` after the emitter's ``__init__``."""
+
+    def setup_chain(self, chain: Chain, block: int) -> None:
+        self.chain, self.block = chain, block
+        self.subst: dict[str, str] = {}
+        common = chain.common(self.g.anchor)
+        self.adims = [common[i] for i in self.anchor.parallel]     # anchor dim k -> common name
+        self.cbounds = {c: (f"b{k}", f"e{k}") for k, c in enumerate(self.adims)}
+        self.cbounds[WALKED] = ("jb", "je")
+        self.rows = [c for c in self.adims if c.startswith("r")]
+        self.free = [(k, c) for k, c in enumerate(self.adims) if c.startswith("x")]
+        self.acc_size = math.prod(self.eff[k] for k, _ in self.free)
+
+    # ---- pieces ------------------------------------------------------------------------------
+    def cvars(self, op: str) -> dict[str, str]:
+        return {i: f"c_{c}" for i, c in self.chain.common(op).items()}
+
+    def expr(self, e, var):
+        # chain tensors are block buffers or running values, not memory
+        if isinstance(e, Access) and e.tensor in self.subst:
+            return self.subst[e.tensor]
+        return super().expr(e, var)
+
+    def chain_buffers(self) -> list[tuple[str, int]]:
+        return [(f"S_{t}", self.block) for t in self.chain.scores] + \
+            [("XB", self.block), ("PB", self.block), ("ACC", max(self.acc_size, 1))]
+
+    def dpos(self) -> str:
+        terms, stride = [], 1
+        for k, c in reversed(self.free):
+            terms.append(f"(c_{c} - b{k})*{self.n(stride)}")
+            stride *= self.eff[k]
+        return " + ".join(terms) or "0"
+
+    def dnest(self, body: str, ind: str, simd: bool = True) -> list[str]:
+        """``body`` over the tile's free (contraction) points; once when there are none."""
+        order = [c for _, c in self.free]
+        if not order:
+            return [f"{ind}{body}"]
+        var = {c: f"c_{c}" for c in order}
+        return self.nest(order, {c: self.cbounds[c] for c in order}, var, ind, body,
+                         "#pragma omp simd" if simd else None)
+
+    def jloop(self, ind: str, body: str, pragma: str = "") -> list[str]:
+        head = [f"{ind}{pragma}"] if pragma else []
+        return head + [f"{ind}for ({self.itype} c_{WALKED} = jb; c_{WALKED} < je; "
+                       f"{self.step('c_' + WALKED)}) {{ {body} }}"]
+
+    def score(self, t: str, ind: str) -> list[str]:
+        op, var, T = self.w.op(t), self.cvars(t), self.ctype
+        body = self.expr(op.expr, var)
+        slot = f"S_{t}[c_{WALKED} - jb]"
+        if op.combiner == "none":
+            return [f"{ind}/* {op.text()} */"] + self.jloop(ind, f"{slot} = {body};")
+        red = list(op.reduction)
+        rng = {r: ("0", self.n(op.extent(r))) for r in red}
+        inner = self.nest(red, rng, var, "", f"_a += {body};",
+                          "#pragma omp simd reduction(+:_a)" if len(red) == 1 else None)
+        return [f"{ind}/* {op.text()} */"] + self.jloop(
+            ind, f"{T} _a = 0;\n" + "\n".join(ind + "    " + x for x in inner)
+            + f"\n{ind}    {slot} = _a;")
+
+    # ---- the tile ----------------------------------------------------------------------------
+    def chain_tile(self) -> list[str]:
+        ch, T, w = self.chain, self.ctype, self.w
+        exp = lambda x: self.functions["exp"].format(x, s=self.suf)
+        J, B = self.n(ch.extent), self.n(self.block)
+        out = [f"    /* {ch.text()}, blocks of {self.block} */"]
+        ind = "    "
+        for c in self.rows:
+            out.append(f"{ind}{self.loop_head('c_' + c, *self.cbounds[c])} {{")
+            ind += "  "
+        out.append(f"{ind}{T} m_run = -INFINITY, l_run = 0;")
+        if ch.contraction:
+            out += self.dnest(f"ACC[{self.dpos()}] = 0;", ind)
+        out.append(f"{ind}for ({self.itype} jb = 0; jb < {J}; jb += {B}) {{")
+        ind += "  "
+        out.append(f"{ind}const {self.itype} je = jb + {B} < {J} ? jb + {B} : {J};")
+        for t in ch.scores:
+            self.subst = {s: f"S_{s}[c_{WALKED} - jb]" for s in ch.scores}
+            out += self.score(t, ind)
+        x = self.expr(w.op(ch.max_op).expr, self.cvars(ch.max_op))
+        blk = f"[c_{WALKED} - jb]"
+        out.append(f"{ind}{T} bm = -INFINITY;")
+        out += self.jloop(ind, f"{T} _x = {x}; XB{blk} = _x; bm = _x > bm ? _x : bm;")
+        out.append(f"{ind}const {T} m_new = m_run > bm ? m_run : bm;")
+        # the first block has nothing to rescale (and exp(-inf - -inf) would be NaN)
+        out.append(f"{ind}const {T} sc = m_run == -INFINITY ? ({T})0 : {exp('m_run - m_new')};")
+        out.append(f"{ind}l_run *= sc;")
+        if ch.contraction:
+            out += self.dnest(f"ACC[{self.dpos()}] *= sc;", ind)
+        out += self.jloop(ind, f"PB{blk} = {exp(f'XB{blk} - m_new')};", "#pragma omp simd")
+        self.subst = {ch.exp_op: f"PB{blk}"}
+        lsum = self.expr(w.op(ch.sum_op).expr, self.cvars(ch.sum_op))
+        out.append(f"{ind}{{ {T} _a = 0;")
+        out += self.jloop(ind, f"_a += {lsum};", "#pragma omp simd reduction(+:_a)")
+        out.append(f"{ind}l_run += _a; }}")
+        if ch.contraction:
+            if ch.norm_op:
+                self.subst[ch.norm_op] = f"PB{blk}"     # p / l: divided by the final l below
+            o = self.expr(w.op(ch.contraction).expr, self.cvars(ch.contraction))
+            inner = self.dnest(f"ACC[{self.dpos()}] += {o};", ind + "    ")
+            out += self.jloop(ind, "\n" + "\n".join(inner) + "\n" + ind)
+        out.append(f"{ind}m_run = m_new;")
+        ind = ind[:-2]
+        out.append(f"{ind}}}")
+        out += self.finals(ind)
+        for _ in self.rows:
+            ind = ind[:-2]
+            out.append(f"{ind}}}")
+        return out
+
+    def finals(self, ind: str) -> list[str]:
+        """The division by the final sum and every write of the group."""
+        ch, out = self.chain, []
+        acc = f"ACC[{self.dpos()}]"
+        if ch.contraction and ch.norm_op and any(
+                a.tensor == ch.norm_op for a in self.w.op(ch.contraction).reads()):
+            out += self.dnest(f"{acc} /= l_run;", ind)
+        # the max and sum are the same in every tile of the free dims: one of them writes
+        once = " && ".join(f"t{k} == 0" for k, _ in self.free) or "1"
+        for t, val in ((ch.max_op, "m_run"), (ch.sum_op, "l_run")):
+            if t in self.mats or t == self.g.anchor:
+                op = self.w.op(t)
+                off = self.global_offset(t, op.parallel, self.cvars(t))
+                out.append(f"{ind}if ({once}) G_{t}[{off}] = {val};")
+        if ch.contraction and (ch.contraction in self.mats or ch.contraction == self.g.anchor):
+            op = self.w.op(ch.contraction)
+            off = self.global_offset(ch.contraction, op.parallel, self.cvars(ch.contraction))
+            out += self.dnest(f"G_{ch.contraction}[{off}] = {acc};", ind)
+        if ch.epilogue:
+            op = self.w.op(ch.epilogue)
+            self.subst = {ch.max_op: "m_run", ch.sum_op: "l_run"}
+            if ch.contraction:
+                self.subst[ch.contraction] = acc
+            var = self.cvars(ch.epilogue)
+            off = self.global_offset(ch.epilogue, op.parallel, var)
+            out += self.dnest(f"G_{ch.epilogue}[{off}] = {self.expr(op.expr, var)};", ind)
+        return out
