@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from search_spaces.chain import WALKED, Chain
+from search_spaces.chain_mask import mask_of, skipped_fraction
 from search_spaces.footprint import tile_sizes
 
 from .devices import DeviceSpec
@@ -43,6 +44,12 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
     rows = math.prod(e for c, e in ext.items() if c.startswith("r"))
     blocks = math.ceil(chain.extent / block)
     acc = chain_buffer_elems(chain, block, anchor, tiles) - block * (len(chain.scores) + 2)
+    # blocks a where() mask covers are skipped (search_spaces.chain_mask): the walk's work
+    # shrinks by their share, the rest (epilogue, writes) does not
+    mask = mask_of(w, chain)
+    kept = 1.0 - (skipped_fraction(mask, tuple((c, e) for c, e in ext.items()
+                                               if c.startswith("r")), chain.extent, block)
+                  if mask is not None else 0.0)
     flops = recomputed = trans = compute_s = 0.0
     moved = unique = 0.0
     seen: set[str] = set()
@@ -51,7 +58,8 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
             continue                  # folded into one division per accumulator at the end
         op = w.op(name)
         f, t = op.flops_per_iteration()
-        runs = op.iterations * (free_tiles if name in row_part else 1)
+        runs = op.iterations * (free_tiles if name in row_part else 1) \
+            * (kept if name in row_part or name == chain.contraction else 1.0)
         flops += runs * f
         trans += runs * t
         recomputed += (runs - op.iterations) * f
@@ -72,7 +80,7 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
             moved += op.out_size * item
             unique += op.out_size * item
     # the rescale: per row, block and free tile one exponential, the max and the multiplies
-    rescale = rows * blocks * free_tiles
+    rescale = rows * blocks * free_tiles * kept
     flops += rescale * (3 + acc)
     trans += rescale
     compute_s += rescale * (3 + acc + dev.functions.weight("exp", dev.transcendental_flops)) \

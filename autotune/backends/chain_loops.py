@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 
 from search_spaces.chain import WALKED, Chain
+from search_spaces.chain_mask import SKIP_MARGIN, c_never, finite_margin, mask_of
 from search_spaces.ir import Access
 
 
@@ -32,6 +33,7 @@ class ChainLoops:
         self.rows = [c for c in self.adims if c.startswith("r")]
         self.free = [(k, c) for k, c in enumerate(self.adims) if c.startswith("x")]
         self.acc_size = math.prod(self.eff[k] for k, _ in self.free)
+        self.mask = mask_of(self.w, chain)
 
     # ---- pieces ------------------------------------------------------------------------------
     def cvars(self, op: str) -> dict[str, str]:
@@ -98,6 +100,12 @@ class ChainLoops:
         out.append(f"{ind}for ({self.itype} jb = 0; jb < {J}; jb += {B}) {{")
         ind += "  "
         out.append(f"{ind}const {self.itype} je = jb + {B} < {J} ? jb + {B} : {J};")
+        if self.mask is not None:
+            # a block the mask covers adds exp(c - m) == 0 to every sum once the running max
+            # is SKIP_MARGIN above the mask constant c: skipping it is exact
+            never = c_never(self.mask, lambda c: f"c_{c}", "jb", "(je - 1)", self.n)
+            out.append(f"{ind}if (m_run - ({finite_margin(self.mask.value)}) > {SKIP_MARGIN} "
+                       f"&& {never}) continue;")
         for t in ch.scores:
             self.subst = {s: f"S_{s}[c_{WALKED} - jb]" for s in ch.scores}
             out += self.score(t, ind)

@@ -233,7 +233,7 @@ def test_builtins_have_no_orders_and_unchanged_candidates(name):
         cand = named_plan(space, plan)
         assert cand.orders == () and "orders" not in cand.to_dict()
         assert rewritten(w, cand) is w
-    assert SPACE_VERSION == "2"
+    assert SPACE_VERSION == "4"     # 2: orders; 4: online-softmax chains (search_spaces.chain)
 
 
 def test_random_candidates_round_trip_and_rebuild_from_their_params():

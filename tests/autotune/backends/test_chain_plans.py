@@ -24,6 +24,7 @@ WORKLOADS = {
     "lse": lse,
     "biased": biased,
     "plain": lambda: plain(5, 35, 3),
+    "causal_long": lambda: load_workload("causal_attention", {"S": 70, "H": 1, "D": 4, "C": 8}),
 }
 
 
