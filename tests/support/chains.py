@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import warnings
 
-from search_spaces import Workload, parse_workload
+from pathlib import Path
+
+from search_spaces import Workload, load_workload, parse_workload
 
 # a row-wise log-sum-exp: max, exp of the difference, sum, then an epilogue reading m and l
 LSE = """
@@ -53,7 +55,9 @@ BROKEN = {
 
 def chain_workload(program: str, outputs: list[str], dims: dict[str, int],
                    inputs: dict[str, list[str]], name: str = "chain_test",
-                   dtype: str = "float64") -> Workload:
+                   dtype: str = "float64", folder: Path | None = None) -> Workload:
+    """The workload, parsed from text (or, given ``folder``, loaded from a file written there:
+    a search's measuring worker reloads the workload from its path)."""
     text = (f'name = "{name}"\ndtype = "{dtype}"\n'
             f'outputs = {outputs!r}\n'.replace("'", '"')
             + f'program = """{program}"""\n[dims]\n'
@@ -61,17 +65,22 @@ def chain_workload(program: str, outputs: list[str], dims: dict[str, int],
             + "".join(f'{k} = {v!r}\n'.replace("'", '"') for k, v in inputs.items()))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        return parse_workload(text, f"{name}.toml")
+        if folder is None:
+            return parse_workload(text, f"{name}.toml")
+        path = folder / f"{name}.toml"
+        path.write_text(text)
+        return load_workload(str(path))
 
 
 def lse(n: int = 5, j: int = 37) -> Workload:
     return chain_workload(LSE, ["lse"], {"N": n, "J": j}, {"x": ["N", "J"]}, "lse")
 
 
-def biased(s: int = 21, h: int = 2, c: int = 3, d: int = 3) -> Workload:
+def biased(s: int = 21, h: int = 2, c: int = 3, d: int = 3,
+           folder: Path | None = None) -> Workload:
     return chain_workload(BIASED, ["y"], {"S": s, "H": h, "C": c, "D": d},
                           {"q": ["S", "H", "C"], "k": ["S", "H", "C"], "b": ["H", "S"],
-                           "g": ["S"], "v": ["S", "H", "D"]}, "biased")
+                           "g": ["S"], "v": ["S", "H", "D"]}, "biased", folder=folder)
 
 
 def plain(n: int = 4, j: int = 6, d: int = 3, program: str = PLAIN) -> Workload:

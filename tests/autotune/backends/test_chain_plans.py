@@ -71,3 +71,23 @@ def test_generated_walk_keeps_the_scores_in_block_buffers():
     # the chain's kernel writes only o: no S x S scores, exponentials or weights
     assert chain.writes == ("o",) and not {"s", "p", "a"} & set(chain.args)
     assert "m_new" in src and "l_run *= sc" in src and "S_s[" in src
+
+
+def test_search_on_a_test_only_block_tries_the_chain_and_verifies_every_trial(tmp_path):
+    from autotune.api import run_search
+    from autotune.search.config import SearchConfig
+    from db.store import PlanDB
+    w = biased(40, 2, 4, 4, folder=tmp_path)
+    path = tmp_path / "p.sqlite"
+    result = run_search(w, "cpu", db=path, config=SearchConfig(budget=8, model_pool=30,
+                                                                model_seeds=2))
+    db = PlanDB(path)
+    try:
+        rows = db.trials(result.key.key)
+    finally:
+        db.close()
+    assert rows and all(r.status in ("ok", "pruned") for r in rows), \
+        [(r.status, r.error) for r in rows]
+    chained = [r for r in rows if r.status == "ok" and any(
+        s.get("chain_block") for s in r.candidate["schedules"])]
+    assert chained and all(r.rel_err is not None and r.rel_err <= w.rtol for r in chained)
