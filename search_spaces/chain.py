@@ -179,6 +179,11 @@ def _chain_from(w: Workload, mop: Op) -> Chain | None:
             chain_t.add(c)
     if oop is not None and not set(rows) <= set(names[oop.out].values()):
         return None
+    # with every chain tensor known: the sums read nothing of the chain but their one weight
+    weight = {aop.out} if aop is not None else {p}
+    if _linear_in(lop, {p}, chain_t) is None or (
+            oop is not None and _linear_in(oop, {p} | weight, chain_t) is None):
+        return None
     eop = _epilogue(w, names, chain_t, m, lop, oop)
     scores = _scores(w, mop, pop, names, chain_t)
     members = [o.out for o in w.ops if o.out in chain_t | set(scores) |

@@ -48,6 +48,8 @@ BROKEN = {
                     "m[j] max= x[i,j]\np[i,j] = exp(x[i,j] - m[j])"),
     # a sum that is not linear in the exponentials
     "squared": ("l[i]     += p[i,j]", "l[i] += p[i,j] * p[i,j]"),
+    # a weighted sum that also reads the sum itself: it would need the final l inside the walk
+    "reads_sum": ("o[i,d]   += p[i,j] * v[j,d]", "o[i,d] += p[i,j] * v[j,d] / l[i]"),
     # the exponentials read by an op outside the chain
     "escaping": ("r[i,d]    = o[i,d] / l[i]", "r[i,d] = o[i,d] / l[i] + p[i,d]"),
 }
