@@ -103,8 +103,3 @@ def c_never(mask: Mask, var, lo: str, hi: str, n) -> str:
              "!=": (f"({mn} > 0 || {mx} < 0)", f"({mn} == 0 && {mx} == 0)")}[mask.cond.op]
     # masked everywhere: the condition always equals masked_when over the block
     return holds[0] if mask.masked_when else holds[1]
-
-
-def finite_margin(value: float) -> str:
-    """The mask constant as a C literal (``-INFINITY`` for -inf)."""
-    return "-INFINITY" if math.isinf(value) else repr(float(value))

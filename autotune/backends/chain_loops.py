@@ -16,12 +16,19 @@ from __future__ import annotations
 import math
 
 from search_spaces.chain import WALKED, Chain
-from search_spaces.chain_mask import SKIP_MARGIN, c_never, finite_margin, mask_of
+from search_spaces.chain_mask import SKIP_MARGIN, c_never, mask_of
 from search_spaces.ir import Access
 
 
 class ChainLoops:
-    """Prints one chain group; call :meth:`setup_chain` after the emitter's ``__init__``."""
+    """Prints one chain group; call :meth:`setup_chain` after the emitter's ``__init__``.
+
+    A language sets ``neg_inf`` (its -infinity), ``simd`` (the pragma that vectorises a loop,
+    or "") and ``simd_sum`` (the same for a ``+`` reduction into ``_a``), and may override
+    :meth:`rows_open` (how a tile's rows are dealt out: a loop, or a thread each)."""
+    neg_inf = "-INFINITY"
+    simd = "#pragma omp simd"
+    simd_sum = "#pragma omp simd reduction(+:_a)"
 
     def setup_chain(self, chain: Chain, block: int) -> None:
         self.chain, self.block = chain, block
@@ -63,7 +70,7 @@ class ChainLoops:
             return [f"{ind}{body}"]
         var = {c: f"c_{c}" for c in order}
         return self.nest(order, {c: self.cbounds[c] for c in order}, var, ind, body,
-                         "#pragma omp simd" if simd else None)
+                         self.simd if simd and self.simd else None)
 
     def jloop(self, ind: str, body: str, pragma: str = "") -> list[str]:
         head = [f"{ind}{pragma}"] if pragma else []
@@ -79,22 +86,35 @@ class ChainLoops:
         red = list(op.reduction)
         rng = {r: ("0", self.n(op.extent(r))) for r in red}
         inner = self.nest(red, rng, var, "", f"_a += {body};",
-                          "#pragma omp simd reduction(+:_a)" if len(red) == 1 else None)
+                          self.simd_sum if len(red) == 1 and self.simd_sum else None)
         return [f"{ind}/* {op.text()} */"] + self.jloop(
             ind, f"{T} _a = 0;\n" + "\n".join(ind + "    " + x for x in inner)
             + f"\n{ind}    {slot} = _a;")
 
     # ---- the tile ----------------------------------------------------------------------------
-    def chain_tile(self) -> list[str]:
-        ch, T, w = self.chain, self.ctype, self.w
-        exp = lambda x: self.functions["exp"].format(x, s=self.suf)
-        J, B = self.n(ch.extent), self.n(self.block)
-        out = [f"    /* {ch.text()}, blocks of {self.block} */"]
-        ind = "    "
+    def rows_open(self, ind: str) -> tuple[list[str], str]:
+        """Opens a loop over the tile's rows (``c_r<k>`` set); the lines and the new indent."""
+        out = []
         for c in self.rows:
             out.append(f"{ind}{self.loop_head('c_' + c, *self.cbounds[c])} {{")
             ind += "  "
-        out.append(f"{ind}{T} m_run = -INFINITY, l_run = 0;")
+        return out, ind
+
+    def rows_close(self, ind: str) -> list[str]:
+        out = []
+        for _ in self.rows:
+            ind = ind[:-2]
+            out.append(f"{ind}}}")
+        return out
+
+    def chain_tile(self, ind: str = "    ") -> list[str]:
+        ch, T, w = self.chain, self.ctype, self.w
+        exp = lambda x: self.functions["exp"].format(x, s=self.suf)
+        J, B = self.n(ch.extent), self.n(self.block)
+        out = [f"{ind}/* {ch.text()}, blocks of {self.block} */"]
+        rows, ind = self.rows_open(ind)
+        out += rows
+        out.append(f"{ind}{T} m_run = {self.neg_inf}, l_run = 0;")
         if ch.contraction:
             out += self.dnest(f"ACC[{self.dpos()}] = 0;", ind)
         out.append(f"{ind}for ({self.itype} jb = 0; jb < {J}; jb += {B}) {{")
@@ -104,26 +124,29 @@ class ChainLoops:
             # a block the mask covers adds exp(c - m) == 0 to every sum once the running max
             # is SKIP_MARGIN above the mask constant c: skipping it is exact
             never = c_never(self.mask, lambda c: f"c_{c}", "jb", "(je - 1)", self.n)
-            out.append(f"{ind}if (m_run - ({finite_margin(self.mask.value)}) > {SKIP_MARGIN} "
-                       f"&& {never}) continue;")
+            value = self.neg_inf if math.isinf(self.mask.value) else \
+                f"(({T}){self.mask.value!r})"
+            out.append(f"{ind}if (m_run - {value} > (({T}){SKIP_MARGIN!r}) && {never}) "
+                       f"continue;")
         for t in ch.scores:
             self.subst = {s: f"S_{s}[c_{WALKED} - jb]" for s in ch.scores}
             out += self.score(t, ind)
         x = self.expr(w.op(ch.max_op).expr, self.cvars(ch.max_op))
         blk = f"[c_{WALKED} - jb]"
-        out.append(f"{ind}{T} bm = -INFINITY;")
+        out.append(f"{ind}{T} bm = {self.neg_inf};")
         out += self.jloop(ind, f"{T} _x = {x}; XB{blk} = _x; bm = _x > bm ? _x : bm;")
         out.append(f"{ind}const {T} m_new = m_run > bm ? m_run : bm;")
         # the first block has nothing to rescale (and exp(-inf - -inf) would be NaN)
-        out.append(f"{ind}const {T} sc = m_run == -INFINITY ? ({T})0 : {exp('m_run - m_new')};")
+        out.append(f"{ind}const {T} sc = m_run == {self.neg_inf} ? ({T})0 : "
+                   f"{exp('m_run - m_new')};")
         out.append(f"{ind}l_run *= sc;")
         if ch.contraction:
             out += self.dnest(f"ACC[{self.dpos()}] *= sc;", ind)
-        out += self.jloop(ind, f"PB{blk} = {exp(f'XB{blk} - m_new')};", "#pragma omp simd")
+        out += self.jloop(ind, f"PB{blk} = {exp(f'XB{blk} - m_new')};", self.simd)
         self.subst = {ch.exp_op: f"PB{blk}"}
         lsum = self.expr(w.op(ch.sum_op).expr, self.cvars(ch.sum_op))
         out.append(f"{ind}{{ {T} _a = 0;")
-        out += self.jloop(ind, f"_a += {lsum};", "#pragma omp simd reduction(+:_a)")
+        out += self.jloop(ind, f"_a += {lsum};", self.simd_sum)
         out.append(f"{ind}l_run += _a; }}")
         if ch.contraction:
             if ch.norm_op:
@@ -135,10 +158,7 @@ class ChainLoops:
         ind = ind[:-2]
         out.append(f"{ind}}}")
         out += self.finals(ind)
-        for _ in self.rows:
-            ind = ind[:-2]
-            out.append(f"{ind}}}")
-        return out
+        return out + self.rows_close(ind)
 
     def finals(self, ind: str) -> list[str]:
         """The division by the final sum and every write of the group."""
@@ -148,7 +168,7 @@ class ChainLoops:
                 a.tensor == ch.norm_op for a in self.w.op(ch.contraction).reads()):
             out += self.dnest(f"{acc} /= l_run;", ind)
         # the max and sum are the same in every tile of the free dims: one of them writes
-        once = " && ".join(f"t{k} == 0" for k, _ in self.free) or "1"
+        once = " && ".join(f"b{k} == 0" for k, _ in self.free) or "1"
         for t, val in ((ch.max_op, "m_run"), (ch.sum_op, "l_run")):
             if t in self.mats or t == self.g.anchor:
                 op = self.w.op(t)

@@ -34,8 +34,7 @@ def device_memory_available() -> int | None:
 class CudaBackendKind:
     """The ``cuda`` backend (a :class:`autotune.backends.base.BackendKind`)."""
     name: str = "cuda"
-    # its code generator has no online-softmax chain yet: its spaces do not offer one
-    tile_bounds: TileBounds = TileBounds(1, 1024, chains=False)
+    tile_bounds: TileBounds = TileBounds(1, 1024)
     units: str = "SMs"
     # plans run for milliseconds; NVRTC compiles in about a second
     min_timeout_s: float = 5.0

@@ -64,6 +64,28 @@ def test_chained_plans_match_reference(name, tmp_path):
     assert walked == set(offered) and all(extent % b for b in walked)
 
 
+@pytest.mark.parametrize("name", ["attention", "causal_attention", "biased", "lse"])
+def test_emulated_cuda_chained_plans_match_reference(name, tmp_path):
+    import shutil
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not on PATH")
+    from autotune.backends.cuda.emulator import HostEmulator
+    from autotune.backends.cuda.executor import CudaPlan
+    from search_spaces.space import TileBounds
+    w = WORKLOADS[name]()
+    emulator = HostEmulator(threads=4)
+    space = SearchSpace(w, TileBounds(1, 1024))
+    cands = [chained_plan(space)] + [space.build(
+        lambda n, opts, k=k: 1 if n.startswith("chain:") else opts[k % len(opts)])
+        for k in range(2)]
+    inputs = w.random_inputs(seed=5)
+    ref = reference(w, inputs)
+    for cand in cands:
+        assert any(s.chain_block for s in cand.schedules)
+        _, why = verify(CudaPlan(w, cand, tmp_path, runtime=emulator)(**inputs), ref, w.rtol)
+        assert not why, f"{name} {cand.to_json()}: {why}"
+
+
 def test_generated_walk_keeps_the_scores_in_block_buffers():
     w = WORKLOADS["attention"]()
     src, kernels = generate(w, chained_plan(SearchSpace(w)))
