@@ -11,7 +11,6 @@ margin keeps this exact, not approximate: ``exp(-800)`` underflows to 0 in float
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 
 from .chain import WALKED, Chain

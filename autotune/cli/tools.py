@@ -131,7 +131,7 @@ def calibrate(device: str = typer.Option("cpu", help="only cpu: GPU specs are da
 @handled
 def emit(workload: WorkloadArg = DEFAULT_WORKLOAD,
          dims: Dims = None,
-         plan: str = typer.Option("heuristic", help="heuristic, greedy, unfused or best "
+         plan: str = typer.Option("heuristic", help="heuristic, greedy, unfused, chained or best "
                                                     "(the cached best for this device in --db)"),
          device: RunDevice = "cuda",
          out: str = typer.Option(..., "--out", help="folder for the sources and README.txt"),
@@ -141,7 +141,7 @@ def emit(workload: WorkloadArg = DEFAULT_WORKLOAD,
     from pathlib import Path
 
     from search_spaces.plans import chained_plan, named_plan
-    plans = ("heuristic", "greedy", "unfused", "best")
+    plans = ("heuristic", "greedy", "unfused", "chained", "best")
     if plan not in plans:
         raise CliError(f"--plan {plan!r}: use one of {', '.join(plans)}")
     if device not in ("cuda", "cpu"):
@@ -153,6 +153,8 @@ def emit(workload: WorkloadArg = DEFAULT_WORKLOAD,
         if cand is None:
             raise CliError(f"no cached plan for {w.name} on this {device} device; run "
                            f"`autotune search {workload} --device {device}` first")
+    elif plan == "chained":
+        cand = chained_plan(api.space_for(w, device))
     else:
         cand = named_plan(api.space_for(w, device), plan)
     folder = Path(out)
