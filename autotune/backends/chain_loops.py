@@ -35,7 +35,10 @@ class ChainLoops:
         self.subst: dict[str, str] = {}
         common = chain.common(self.g.anchor)
         self.adims = [common[i] for i in self.anchor.parallel]     # anchor dim k -> common name
-        self.cbounds = {c: (f"b{k}", f"e{k}") for k, c in enumerate(self.adims)}
+        # a dim held whole gets literal bounds: fixed trip counts let the compiler keep a
+        # row's accumulators in registers across the walk
+        self.cbounds = {c: (f"b{k}", f"e{k}") if self.ntile[k] > 1 else
+                        ("0", self.n(self.anchor.out_shape[k])) for k, c in enumerate(self.adims)}
         self.cbounds[WALKED] = ("jb", "je")
         self.rows = [c for c in self.adims if c.startswith("r")]
         self.free = [(k, c) for k, c in enumerate(self.adims) if c.startswith("x")]
@@ -59,7 +62,9 @@ class ChainLoops:
     def dpos(self) -> str:
         terms, stride = [], 1
         for k, c in reversed(self.free):
-            terms.append(f"(c_{c} - b{k})*{self.n(stride)}")
+            start = self.cbounds[c][0]
+            terms.append(f"(c_{c} - {start})*{self.n(stride)}" if start != "0" else
+                         f"c_{c}*{self.n(stride)}")
             stride *= self.eff[k]
         return " + ".join(terms) or "0"
 

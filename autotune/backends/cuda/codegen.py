@@ -238,18 +238,18 @@ class _ChainKernel(ChainLoops, _KernelEmitter):
                  chain, chain_block: int):
         LoopEmitter.__init__(self, w, cand, g, mats)    # footprints would ask for shared memory
         self.tag = CUDA_TAGS[w.dtype]
-        self.setup_chain(chain, chain_block)
-        self.neg_inf = f"AT_NEG_INF_{self.tag}"
         self.smem_off, self.smem_bytes = {}, 0
         self.grid = math.prod(self.ntile)
-        self.row_dims = [(k, c) for k, c in enumerate(self.adims) if c.startswith("r")]
-        nrows = math.prod(self.eff[k] for k, _ in self.row_dims)
-        self.block = min(block, max(32, -(-nrows // 32) * 32))
         sizes = [math.prod(w.shapes[t]) for m in g.members
                  for t in list(w.op(m).inputs()) + [m]] + [self.grid]
         big = max(sizes + [max(w.op(m).extents, default=1) for m in g.members])
         self.itype = "int" if big < INT32_MAX // 2 else "long long"
         self.lit = "" if self.itype == "int" else "LL"
+        self.setup_chain(chain, chain_block)        # prints literals: after itype
+        self.neg_inf = f"AT_NEG_INF_{self.tag}"
+        self.row_dims = [(k, c) for k, c in enumerate(self.adims) if c.startswith("r")]
+        nrows = math.prod(self.eff[k] for k, _ in self.row_dims)
+        self.block = min(block, max(32, -(-nrows // 32) * 32))
 
     def rows_open(self, ind: str) -> tuple[list[str], str]:
         I, ct = self.itype, self.ctype
