@@ -68,8 +68,8 @@ def shared_bytes(w: Workload, cand: Candidate) -> int:
     best = 0
     for g in groups(w, cand.fused_pairs):
         sched = cand.schedule(g.anchor)
-        if sched.impl != IMPL_LOOP:
-            continue
+        if sched.impl != IMPL_LOOP or sched.chain_block:
+            continue            # a chain's buffers are each thread's own, not shared memory
         best = max(best, group_shared_bytes(w, g, sched.tiles))
     return best
 

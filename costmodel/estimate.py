@@ -27,6 +27,7 @@ class GroupCost:
     launches: int
     bound: str                 # "compute" | "memory"
     fused: tuple[FusedProducer, ...]
+    chain: str = ""            # an online-softmax chain group: what it walks (else empty)
 
     def to_dict(self) -> dict:
         return {"ops": list(self.ops), "anchor": self.anchor, "impl": self.impl,
@@ -36,7 +37,8 @@ class GroupCost:
                 "unique_bytes": self.unique_bytes, "launches": self.launches,
                 "bound": self.bound,
                 "fused": [{"producer": f.producer, "recompute_factor": f.recompute_factor}
-                          for f in self.fused]}
+                          for f in self.fused],
+                **({"chain": self.chain} if self.chain else {})}
 
 
 @dataclass(frozen=True)

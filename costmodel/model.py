@@ -11,12 +11,14 @@ from __future__ import annotations
 import math
 
 from search_spaces.candidate import IMPL_KERNEL, IMPL_LIBRARY, Candidate
+from search_spaces.chain import detect
 from search_spaces.footprint import footprint_shape, footprints, plan_group, strides
 from search_spaces.gemm import as_matrix_view, gemm_form, operand_groups
 from search_spaces.partition import Group, groups, materialized
 from search_spaces.rewrite import rewritten
 from search_spaces.workload import Workload
 
+from .chain_cost import chain_buffer_elems, chain_group
 from .cuda_limits import limit_penalty_s
 from .devices import DeviceSpec
 from .estimate import CostEstimate, FusedProducer, GroupCost
@@ -49,12 +51,16 @@ def estimate(w: Workload, cand: Candidate, dev: DeviceSpec) -> CostEstimate:
     item = 4 if w.dtype == "float32" else 8
     layout_of = lambda t: cand.layout(t, len(w.shapes[t]))
     out = []
+    chains = detect(w) if any(s.chain_block for s in cand.schedules) else {}
     for g in groups(w, fused):
         sched = cand.schedule(g.anchor)
         if sched.impl == IMPL_LIBRARY:
             out.append(_library_group(w, g, layout_of, dev, item))
         elif sched.impl == IMPL_KERNEL:
             out.append(kernel_group(w, g, fused, sched.kernel, layout_of, dev, item))
+        elif sched.chain_block:
+            out.append(chain_group(w, chains[g.anchor], sched.chain_block, sched.tiles,
+                                   layout_of, mats, dev, item))
         else:
             out.append(_loop_group(w, g, sched.tiles, layout_of, mats, dev, item))
     # a CUDA candidate whose tile buffers exceed shared memory cannot launch at all
@@ -212,10 +218,15 @@ def memory_bytes(w: Workload, cand: Candidate, threads: int) -> int:
     total = sum(math.prod(w.shapes[t]) for t in whole) * item
     layout_of = lambda t: cand.layout(t, len(w.shapes[t]))
     extra = 0
+    chains = detect(w) if any(s.chain_block for s in cand.schedules) else {}
     for g in groups(w, fused):
         sched = cand.schedule(g.anchor)
         if sched.impl == IMPL_KERNEL:
             extra = max(extra, kernel_copy_bytes(w, fused, g.anchor, layout_of, item))
+        elif sched.chain_block:
+            per_thread = chain_buffer_elems(chains[g.anchor], sched.chain_block,
+                                            w.op(g.anchor), sched.tiles) * item
+            extra = max(extra, per_thread * max(threads, 0))
         elif sched.impl == IMPL_LIBRARY:
             op = w.op(g.anchor)
             form = gemm_form(op)

@@ -21,23 +21,29 @@ class GroupSchedule:
     ``tiles`` gives a tile size per parallel index of the anchor (a size >= the extent means the
     whole extent).  ``impl`` is ``loop`` or, for a group holding a single contraction,
     ``library`` or ``kernel``; a ``kernel`` group carries its kernel's parameters.
+    ``chain_block``: for a group that is an online-softmax chain (search_spaces.chain) walked in
+    blocks of its reduced index, the block size; 0 for every other group.
     """
     anchor: str
     tiles: tuple[int, ...]
     impl: str = IMPL_LOOP
     kernel: KernelParams | None = None
+    chain_block: int = 0
 
     def to_dict(self) -> dict:
         d = {"anchor": self.anchor, "tiles": list(self.tiles), "impl": self.impl}
-        if self.kernel is not None:     # absent otherwise: the keys of other plans stay as they were
+        # each absent unless used: the keys of other plans stay as they were
+        if self.kernel is not None:
             d["kernel"] = self.kernel.to_dict()
+        if self.chain_block:
+            d["chain_block"] = self.chain_block
         return d
 
     @staticmethod
     def from_dict(d: dict) -> "GroupSchedule":
         kern = KernelParams.from_dict(d["kernel"]) if d.get("kernel") else None
         return GroupSchedule(d["anchor"], tuple(int(t) for t in d["tiles"]),
-                             d.get("impl", IMPL_LOOP), kern)
+                             d.get("impl", IMPL_LOOP), kern, int(d.get("chain_block", 0)))
 
 
 @dataclass(frozen=True)

@@ -190,3 +190,45 @@ def _gemm_viewable(w: Workload, impl: dict, tensor: str, perm: tuple[int, ...]) 
             if t == tensor and not as_matrix_view(idx, w.shapes[t], perm, grp):
                 return False
     return True
+
+
+CHAIN_BLOCK = 64   # walked block of the chained plan: 64 scores per row stay in L1
+CHAIN_ROWS = 16    # rows per tile along each row dim
+
+
+def chained_plan(space: SearchSpace) -> Candidate:
+    """The heuristic plan with every online-softmax chain of the space turned on (blocks of
+    about CHAIN_BLOCK, rows tiled by CHAIN_ROWS, the contraction's free dims whole so the rows'
+    walk is not repeated): what ``explain --plan chained`` shows, and a fair first guess."""
+    orders = space.best_orders()
+    sub = space.variant(orders)
+    base = _named(sub, "heuristic")
+    w = sub.w
+
+    def choose(name, opts):
+        kind, _, rest = name.split("@", 1)[0].partition(":")
+        if kind == "chain":
+            return 1
+        if kind == "chain_block":
+            return min(opts, key=lambda b: abs(b - CHAIN_BLOCK))
+        if kind == "impl":
+            impl = next((s.impl for s in base.schedules if s.anchor == rest), IMPL_LOOP)
+            return impl if impl in opts else opts[-1]
+        if kind == "fuse":
+            return int(tuple(rest.split("->")) in base.fused_pairs)
+        if kind == "layout":
+            perms = sub.layout_options(rest)
+            perm = base.layout(rest, len(w.shapes[rest]))
+            return perms.index(perm) if perm in perms else 0
+        anchor, k = rest.rsplit(":", 1)
+        if anchor in sub.chains:
+            index = w.op(anchor).parallel[int(k)]
+            if sub.chains[anchor].common(anchor)[index].startswith("x"):
+                return opts[-1]
+            return min(opts, key=lambda t: abs(t - CHAIN_ROWS))
+        tiles = next((s.tiles for s in base.schedules if s.anchor == anchor), ())
+        want = tiles[int(k)] if int(k) < len(tiles) else opts[-1]
+        return min([o for o in opts if o >= want] or [opts[-1]])
+
+    cand = sub.build(choose, "chained")
+    return replace(cand, orders=orders) if orders else cand

@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 
 from .candidate import (IMPL_KERNEL, IMPL_LIBRARY, IMPL_LOOP, STANDALONE_IMPLS, Candidate,
                         GroupSchedule, make_candidate)
+from .chain import Chain, detect
 from .gemm import gemm_form
 from .kernel import KernelBounds
 from .kernel_space import (ask_kernel_fusions, kernel_answer, kernel_params, kernel_question_options,
@@ -37,7 +38,9 @@ from .workload import Workload
 # 2: contraction orders (the order:STMT parameters, Candidate.orders).
 # 3: the ``kernel`` contraction impl (GroupSchedule.kernel), its kernel:<contraction>:* parameters
 #    and its fusions (fuse:p->c into a kernel contraction's group, search_spaces.kernel_fusion).
-SPACE_VERSION = "3"
+# 4: online-softmax chains (the chain:ANCHOR and chain_block:ANCHOR parameters,
+#    GroupSchedule.chain_block).
+SPACE_VERSION = "4"
 UNSPLIT = "none"          # the order:STMT answer that leaves the statement as written
 Choose = Callable[[str, Sequence], object]
 
@@ -46,10 +49,12 @@ Choose = Callable[[str, Sequence], object]
 class TileBounds:
     """Tile sizes a backend accepts: powers of two in [lo, hi]; ``kernel``: what the machine
     allows the generated contraction kernel, for a backend that has one (None: no ``kernel``
-    impl in the space)."""
+    impl in the space); ``chains``: whether its code generator runs online-softmax chains
+    (search_spaces.chain), so that its spaces offer them."""
     lo: int = 1
     hi: int = 256
     kernel: KernelBounds | None = None
+    chains: bool = True
 
 
 class SearchSpace:
@@ -89,6 +94,8 @@ class SearchSpace:
             self.tile_options[op.out] = per_dim
         self.library_ok = {op.out for op in w.ops if gemm_form(op) is not None}
         self.auto_layouts = self._auto_layouts()
+        # `chains = false` in [space] turns the online-softmax fusion off for one workload
+        self.chains = detect(w) if bounds.chains and spec.get("chains", True) else {}
 
     # ---- contraction orders --------------------------------------------------------------
     def variant(self, orders: Orders) -> "SearchSpace":
@@ -126,6 +133,10 @@ class SearchSpace:
             if self.kernel_bounds is None or anchor not in self.library_ok:
                 return None
             return kernel_question_options(self.kernel_bounds, self.w, anchor).get(what)
+        if kind == "chain":
+            return [0, 1] if rest in self.chains else None
+        if kind == "chain_block":
+            return self.chain_blocks(rest) if rest in self.chains else None
         if kind == "fuse":
             return [0, 1] if tuple(rest.split("->")) in self.edges else None
         if kind == "layout":
@@ -148,6 +159,16 @@ class SearchSpace:
                 question = f"{question}@{tag}"
             return choose(question, opts)
         return ask
+
+    # ---- online-softmax chains -----------------------------------------------------------
+    def chain_blocks(self, anchor: str) -> list[int]:
+        """Values of ``chain_block:ANCHOR``: powers of two below the walked extent (a block of
+        the whole extent is one pass with no rescale: the unchained group does that)."""
+        ext = self.chains[anchor].extent
+        return [b for b in (16, 32, 64, 128, 256) if b < ext] or [ext]
+
+    def ask_chains(self, choose: Choose) -> dict[str, Chain]:
+        return {a: ch for a, ch in sorted(self.chains.items()) if choose(f"chain:{a}", [0, 1])}
 
     # ---- layouts -------------------------------------------------------------------------
     def layout_options(self, tensor: str) -> list[tuple[int, ...]]:
@@ -204,24 +225,31 @@ class SearchSpace:
             sub = self.variant(orders)
             return replace(sub.build(self._qualified(choose, sub, orders), name), orders=orders)
         w = self.w
+        chains = self.ask_chains(choose)
+        # a chained group is exactly its chain: its members run as generated loops, and no
+        # other edge touches them (the chain's own edges are forced below)
+        inchain = {m for ch in chains.values() for m in ch.members}
         impl = {op.out: choose(f"impl:{op.out}", self.impl_options(op.out))
-                for op in w.ops if op.is_contraction}
-        # a kernel contraction's epilogue and prologues first: its group is those, nothing else
-        kernel_fused = ask_kernel_fusions(w, self.edges, self.forbid, self.force, impl, choose)
+                for op in w.ops if op.is_contraction and op.out not in inchain}
+        # a kernel contraction's epilogue and prologues next: its group is those, nothing else
+        free = [e for e in self.edges if not set(e) & inchain]
+        kernel_fused = ask_kernel_fusions(w, free, self.forbid, self.force, impl, choose)
         taken = {x for e in kernel_fused for x in e}
         outside = lambda e: impl.get(e[0]) not in STANDALONE_IMPLS and \
-            impl.get(e[1]) not in STANDALONE_IMPLS and not taken & set(e)
+            impl.get(e[1]) not in STANDALONE_IMPLS and not taken & set(e) and \
+            not inchain & set(e)
         wanted = []
         for p, c in self.edges:
-            if (p, c) in self.forbid:
+            if (p, c) in self.forbid or p in inchain or c in inchain:
                 continue
             if not outside((p, c)):
                 continue  # a library GEMM or the kernel runs alone: operands and result materialized
             if (p, c) in self.force or choose(f"fuse:{p}->{c}", [0, 1]):
                 wanted.append((p, c))
-        forced = [e for e in self.force if outside(e)]
+        forced = [e for ch in chains.values() for e in ch.edges] + [
+            e for e in self.force if outside(e)]
         fused = repair(w, wanted, kernel_fused + forced)
-        return self.finish(fused, impl, choose, name)
+        return self.finish(fused, impl, choose, name, tuple(chains))
 
     def impl_options(self, contraction: str) -> list[str]:
         """Values of ``impl:<contraction>``: a library GEMM and the kernel only where the
@@ -229,8 +257,10 @@ class SearchSpace:
         return [i for i in self.impls
                 if i not in STANDALONE_IMPLS or contraction in self.library_ok] or [IMPL_LOOP]
 
-    def finish(self, fused: set, impl: dict, choose: Choose, name: str = "") -> Candidate:
-        """Layouts and schedules for a fixed partition."""
+    def finish(self, fused: set, impl: dict, choose: Choose, name: str = "",
+               chains: tuple[str, ...] = ()) -> Candidate:
+        """Layouts and schedules for a fixed partition; ``chains``: the anchors of the groups
+        that run as online-softmax chains (each group exactly its chain's members)."""
         w = self.w
         mats = materialized(w, fused)
         layouts = {}
@@ -252,7 +282,9 @@ class SearchSpace:
                 continue
             tiles = tuple(int(choose(f"tile:{g.anchor}:{k}", opts))
                           for k, opts in enumerate(self.tile_options[g.anchor]))
-            scheds.append(GroupSchedule(g.anchor, tiles, IMPL_LOOP))
+            block = int(choose(f"chain_block:{g.anchor}", self.chain_blocks(g.anchor))) \
+                if g.anchor in chains else 0
+            scheds.append(GroupSchedule(g.anchor, tiles, IMPL_LOOP, chain_block=block))
         return make_candidate([f"{p}->{c}" for p, c in fused], layouts, scheds, name)
 
     def random(self, rng) -> Candidate:
@@ -276,6 +308,9 @@ def params_of(space: SearchSpace, cand: Candidate) -> dict[str, object] | None:
         kind, _, rest = name.split("@", 1)[0].partition(":")
         if kind == "order":
             val = tree_text(trees[rest]) if rest in trees else UNSPLIT
+        elif kind in ("chain", "chain_block"):
+            block = next((s.chain_block for s in cand.schedules if s.anchor == rest), 0)
+            val = int(block > 0) if kind == "chain" else block
         elif kind == "impl":
             sched = kernel_schedule(cand, rest)
             val = sched.impl if sched is not None else IMPL_LOOP

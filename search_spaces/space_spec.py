@@ -7,6 +7,7 @@ forbid_fusion = ["a->t"]           # producer->consumer edges never fused
 force_fusion = ["mu->xc"]          # edges always fused
 contraction_impls = ["library"]    # subset of library, loop, kernel
 layouts = "auto"                   # "auto" (identity and GEMM-friendly orders), "all", "identity"
+chains = false                     # no online-softmax chain fusion (search_spaces.chain)
 ```
 """
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Callable
 
 from .ir import Op
 
-SPACE_KEYS = {"tiles", "forbid_fusion", "force_fusion", "contraction_impls", "layouts"}
+SPACE_KEYS = {"tiles", "forbid_fusion", "force_fusion", "contraction_impls", "layouts", "chains"}
 # a library GEMM, a generated tiled loop nest, or the generated GEMM kernel (CPU backend)
 IMPLS = ("library", "loop", "kernel")
 
@@ -67,4 +68,8 @@ def validate_space(raw, ops, err: Callable[..., Exception]) -> dict:
         if raw["layouts"] not in ("auto", "all", "identity"):
             raise err("[space] layouts must be \"auto\", \"all\" or \"identity\"", "layouts")
         out["layouts"] = raw["layouts"]
+    if "chains" in raw:
+        if not isinstance(raw["chains"], bool):
+            raise err("[space] chains must be true or false", "chains")
+        out["chains"] = raw["chains"]
     return out

@@ -10,7 +10,7 @@ from autotune.cli.common import (DEFAULT_WORKLOAD, CliError, Db, Dims, Format, R
                                  WorkloadArg, _api, choice, handled, load)
 from autotune.report.units import fmt_s
 
-EXPLAIN_PLANS = ("unfused", "greedy", "heuristic")
+EXPLAIN_PLANS = ("unfused", "greedy", "heuristic", "chained")
 EXPLAIN_DEVICES = ("h200", "h100", "a100", "cpu")
 
 
@@ -38,7 +38,7 @@ def explain(workload: WorkloadArg = DEFAULT_WORKLOAD,
                                               help="write the dispatch graph as Graphviz DOT")):
     """Predict a named plan's time group by group, and show why (recompute, bytes, bound)."""
     import costmodel
-    from search_spaces.plans import named_plan
+    from search_spaces.plans import chained_plan, named_plan
     from search_spaces.space import SearchSpace
 
     from search_spaces.orders import describe
@@ -48,7 +48,7 @@ def explain(workload: WorkloadArg = DEFAULT_WORKLOAD,
     spec = _cost_model_device(device)
     w = load(workload, dims)
     space = SearchSpace(w)
-    cand = named_plan(space, plan)
+    cand = chained_plan(space) if plan == "chained" else named_plan(space, plan)
     est = costmodel.estimate(w, cand, spec)
     chosen = dict(cand.orders)
     orders = [(ch, chosen.get(stmt)) for stmt, ch in sorted(space.order_choices.items())]
@@ -86,6 +86,8 @@ def explain(workload: WorkloadArg = DEFAULT_WORKLOAD,
         typer.echo(f"group {k}: anchor {g.anchor}  impl {g.impl}  tiles {tiles}  "
                    f"predicted {fmt_s(g.predicted_s, 3)} ({g.bound}-bound)")
         typer.echo(f"  ops:    {', '.join(g.ops)}")
+        if g.chain:
+            typer.echo(f"  chain:  {g.chain}")
         typer.echo(f"  domain: {dom}" + (f" | reduce {red}" if red else ""))
         if g.fused:
             typer.echo("  fused:  " + ", ".join(f"{f.producer} x{f.recompute_factor:g}"
@@ -129,7 +131,7 @@ def calibrate(device: str = typer.Option("cpu", help="only cpu: GPU specs are da
 @handled
 def emit(workload: WorkloadArg = DEFAULT_WORKLOAD,
          dims: Dims = None,
-         plan: str = typer.Option("heuristic", help="heuristic, greedy, unfused or best "
+         plan: str = typer.Option("heuristic", help="heuristic, greedy, unfused, chained or best "
                                                     "(the cached best for this device in --db)"),
          device: RunDevice = "cuda",
          out: str = typer.Option(..., "--out", help="folder for the sources and README.txt"),
@@ -138,8 +140,8 @@ def emit(workload: WorkloadArg = DEFAULT_WORKLOAD,
     import os
     from pathlib import Path
 
-    from search_spaces.plans import named_plan
-    plans = ("heuristic", "greedy", "unfused", "best")
+    from search_spaces.plans import chained_plan, named_plan
+    plans = ("heuristic", "greedy", "unfused", "chained", "best")
     if plan not in plans:
         raise CliError(f"--plan {plan!r}: use one of {', '.join(plans)}")
     if device not in ("cuda", "cpu"):
@@ -151,6 +153,8 @@ def emit(workload: WorkloadArg = DEFAULT_WORKLOAD,
         if cand is None:
             raise CliError(f"no cached plan for {w.name} on this {device} device; run "
                            f"`autotune search {workload} --device {device}` first")
+    elif plan == "chained":
+        cand = chained_plan(api.space_for(w, device))
     else:
         cand = named_plan(api.space_for(w, device), plan)
     folder = Path(out)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from db.keys import PlanKey
 from db.records import BestPlan
 from db.store import PlanDB
-from search_spaces.candidate import Candidate, GroupSchedule
+from search_spaces.candidate import Candidate
 from search_spaces.rewrite import rewritten
 from search_spaces.workload import Workload
 
@@ -80,8 +80,9 @@ def adapt(cand: Candidate, tuned: Workload, w: Workload) -> Candidate:
     schedules = []
     for s in cand.schedules:
         o, n = old.op(s.anchor).out_shape, new.op(s.anchor).out_shape
-        schedules.append(GroupSchedule(s.anchor, tuple(_clamp(t, a, b) for t, a, b in
-                                                       zip(s.tiles, o, n)), s.impl))
+        # only the tiles change: the impl, a kernel's parameters, a chain's block stay
+        schedules.append(replace(s, tiles=tuple(_clamp(t, a, b) for t, a, b in
+                                                zip(s.tiles, o, n))))
     return replace(cand, schedules=tuple(schedules),
                    name=f"{cand.name or 'tuned'}@{','.join(f'{d}={v}' for d, v in tuned.dims)}")
 

@@ -233,7 +233,7 @@ def test_builtins_have_no_orders_and_unchanged_candidates(name):
         cand = named_plan(space, plan)
         assert cand.orders == () and "orders" not in cand.to_dict()
         assert rewritten(w, cand) is w
-    assert SPACE_VERSION == "3"     # 3: the kernel impl (issue 14)
+    assert SPACE_VERSION == "4"     # 2: orders; 3: the kernel impl; 4: online-softmax chains
 
 
 def test_random_candidates_round_trip_and_rebuild_from_their_params():

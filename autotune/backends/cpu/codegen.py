@@ -7,12 +7,15 @@ writes its tile of the output in the candidate's layout.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from search_spaces.candidate import IMPL_LOOP, Candidate
+from search_spaces.chain import detect
 from search_spaces.partition import groups, materialized
 from search_spaces.workload import Workload
 
+from autotune.backends.chain_loops import ChainLoops
 from autotune.backends.loops import LoopEmitter
 
 
@@ -95,6 +98,17 @@ class _Emitter(LoopEmitter):
                        f"G_{mp.op}[{self.global_offset(mp.op, op.parallel, gvar)}] = "
                        f"L_{mp.op}[{off}];", simd=True)
 
+    def tile_buffers(self) -> list[tuple[str, int]]:
+        """Per-thread buffers (name, elements): each fused member's footprint."""
+        return [(f"L_{m}", math.prod(self.buf_shape(m))) for m in self.g.members
+                if m != self.g.anchor]
+
+    def tile_body(self) -> list[str]:
+        self.lines = []
+        for mp in self.plans:
+            self.member(mp)
+        return self.lines
+
     def emit(self, index: int) -> tuple[str, GroupKernel]:
         g = self.g
         reads, writes = self.arguments()
@@ -108,12 +122,9 @@ class _Emitter(LoopEmitter):
         nd = len(self.anchor.parallel)
         head.append("  #pragma omp parallel")
         head.append("  {")
-        locals_ = [m for m in g.members if m != g.anchor]
-        for m in locals_:
-            size = 1
-            for s in self.buf_shape(m):
-                size *= s
-            head.append(f"  {ct} *restrict L_{m} = ({ct} *)malloc(sizeof({ct}) * {size}L);")
+        locals_ = self.tile_buffers()
+        for m, size in locals_:
+            head.append(f"  {ct} *restrict {m} = ({ct} *)malloc(sizeof({ct}) * {size}L);")
         collapse = f" collapse({nd})" if nd > 1 else ""
         head.append(f"  #pragma omp for schedule(dynamic, 1){collapse}" if nd else "")
         loops = "".join(f"  for (long t{k} = 0; t{k} < {self.ntile[k]}L; t{k}++)\n"
@@ -121,12 +132,20 @@ class _Emitter(LoopEmitter):
         head.append(loops + "  {")
         for k in range(nd):
             head.append(self.tile_bounds(k, "    "))
-        self.lines = []
-        for mp in self.plans:
-            self.member(mp)
-        tail = ["  }"] + [f"  free(L_{m});" for m in locals_] + ["  }", "}"]
-        src = "\n".join(head + self.lines + tail)
+        body = self.tile_body()
+        tail = ["  }"] + [f"  free({m});" for m, _ in locals_] + ["  }", "}"]
+        src = "\n".join(head + body + tail)
         return src, GroupKernel(index, name, g.anchor, args, tuple(writes))
+
+
+class _ChainEmitter(ChainLoops, _Emitter):
+    """A chain group: row by row, blocks of the walked index (autotune.backends.chain_loops)."""
+
+    def tile_buffers(self) -> list[tuple[str, int]]:
+        return self.chain_buffers()
+
+    def tile_body(self) -> list[str]:
+        return self.chain_tile()
 
 
 PRELUDE = """#include <math.h>
@@ -148,10 +167,17 @@ def generate_units(w: Workload, cand: Candidate) -> list[tuple[str, GroupKernel]
     candidates differing in one group recompile only that group)."""
     mats = materialized(w, cand.fused_pairs)
     out = []
+    chains = detect(w) if any(s.chain_block for s in cand.schedules) else {}
     for k, g in enumerate(groups(w, cand.fused_pairs)):
-        if cand.schedule(g.anchor).impl != IMPL_LOOP:
+        sched = cand.schedule(g.anchor)
+        if sched.impl != IMPL_LOOP:
             continue
-        src, kern = _Emitter(w, cand, g, mats).emit(k)
+        if sched.chain_block:
+            em = _ChainEmitter(w, cand, g, mats)
+            em.setup_chain(chains[g.anchor], sched.chain_block)
+        else:
+            em = _Emitter(w, cand, g, mats)
+        src, kern = em.emit(k)
         out.append((PRELUDE + "\n" + src + "\n", kern))
     return out
 

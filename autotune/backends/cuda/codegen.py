@@ -23,9 +23,11 @@ from dataclasses import dataclass
 
 from costmodel.cuda_limits import DEFAULT_SHARED_BYTES, shared_layout
 from search_spaces.candidate import IMPL_LOOP, Candidate
+from search_spaces.chain import detect
 from search_spaces.partition import Group, groups, materialized
 from search_spaces.workload import Workload
 
+from autotune.backends.chain_loops import ChainLoops
 from autotune.backends.loops import LoopEmitter
 
 CUDA_TAGS = {"float32": "f32", "float64": "f64"}     # names the shared buffer, -inf
@@ -178,6 +180,12 @@ class _KernelEmitter(LoopEmitter):
             add("  __syncthreads();")
 
     # ---- the kernel ----------------------------------------------------------------------
+    all_bounds = False          # b<k>/e<k> for untiled dims too
+
+    def body(self, out: list[str]) -> None:
+        for mp in self.plans:
+            self.member(mp, out)
+
     def emit(self, index: int, prefix: str) -> tuple[str, CudaKernel]:
         g = self.g
         I, ct = self.itype, self.ctype
@@ -208,15 +216,60 @@ class _KernelEmitter(LoopEmitter):
                 out.append(f"  const {I} t{k} = r % {self.n(self.ntile[k])}; "
                            f"r /= {self.n(self.ntile[k])};")
         for k in range(nd):      # untiled dims need no bounds: footprints use them in full
-            if self.ntile[k] > 1:
+            if self.ntile[k] > 1 or self.all_bounds:
+                if self.ntile[k] == 1:
+                    out.append(f"  const {I} t{k} = 0;")
                 out.append(self.tile_bounds(k, "  "))
-        for mp in self.plans:
-            self.member(mp, out)
+        self.body(out)
         out.append("}")
         kern = CudaKernel(index, name, g.anchor, tuple(m.op for m in self.plans), args,
                           tuple(writes), tuple(self.eff), self.grid, self.block,
                           self.smem_bytes, I, ct)
         return "\n".join(out), kern
+
+
+class _ChainKernel(ChainLoops, _KernelEmitter):
+    """A chain group (autotune.backends.chain_loops): one thread per row of the tile, its block
+    buffers and accumulators in the thread's own arrays; no shared memory."""
+    simd = simd_sum = ""
+    all_bounds = True
+
+    def __init__(self, w: Workload, cand: Candidate, g: Group, mats: set[str], block: int,
+                 chain, chain_block: int):
+        LoopEmitter.__init__(self, w, cand, g, mats)    # footprints would ask for shared memory
+        self.tag = CUDA_TAGS[w.dtype]
+        self.smem_off, self.smem_bytes = {}, 0
+        self.grid = math.prod(self.ntile)
+        sizes = [math.prod(w.shapes[t]) for m in g.members
+                 for t in list(w.op(m).inputs()) + [m]] + [self.grid]
+        big = max(sizes + [max(w.op(m).extents, default=1) for m in g.members])
+        self.itype = "int" if big < INT32_MAX // 2 else "long long"
+        self.lit = "" if self.itype == "int" else "LL"
+        self.setup_chain(chain, chain_block)        # prints literals: after itype
+        self.neg_inf = f"AT_NEG_INF_{self.tag}"
+        self.row_dims = [(k, c) for k, c in enumerate(self.adims) if c.startswith("r")]
+        nrows = math.prod(self.eff[k] for k, _ in self.row_dims)
+        self.block = min(block, max(32, -(-nrows // 32) * 32))
+
+    def rows_open(self, ind: str) -> tuple[list[str], str]:
+        I, ct = self.itype, self.ctype
+        cnt = {k: f"(e{k} - b{k})" for k, _ in self.row_dims}
+        out = [f"{ind}const {I} nrows = {' * '.join(cnt.values()) or '1'};",
+               f"{ind}for ({I} f = threadIdx.x; f < nrows; f += blockDim.x) {{"]
+        ind += "  "
+        out.append(f"{ind}{I} q = f;")
+        for pos, (k, c) in enumerate(reversed(self.row_dims)):
+            last = pos == len(self.row_dims) - 1
+            out.append(f"{ind}const {I} c_{c} = b{k} + " + (
+                "q;" if last else f"q % {cnt[k]}; q /= {cnt[k]};"))
+        out += [f"{ind}{ct} {name}[{size}];" for name, size in self.chain_buffers()]
+        return out, ind
+
+    def rows_close(self, ind: str) -> list[str]:
+        return [f"{ind[:-2]}}}"]
+
+    def body(self, out: list[str]) -> None:
+        out.extend(self.chain_tile("  "))
 
 
 def generate_cuda(w: Workload, cand: Candidate, *, block: int = DEFAULT_BLOCK,
@@ -236,7 +289,11 @@ def generate_cuda(w: Workload, cand: Candidate, *, block: int = DEFAULT_BLOCK,
     for k, g in enumerate(groups(w, cand.fused_pairs)):
         if cand.schedule(g.anchor).impl != IMPL_LOOP:
             continue
-        em = _KernelEmitter(w, cand, g, mats, block)
+        sched = cand.schedule(g.anchor)
+        if sched.chain_block:
+            em = _ChainKernel(w, cand, g, mats, block, detect(w)[g.anchor], sched.chain_block)
+        else:
+            em = _KernelEmitter(w, cand, g, mats, block)
         if em.grid > INT32_MAX:
             raise TileTooLarge(f"group {k} (anchor {g.anchor}): {em.grid} tiles exceed the "
                                f"grid limit {INT32_MAX}; use larger tiles")

@@ -1,0 +1,100 @@
+"""The cost of an online-softmax chain group (search_spaces.chain): one pass over blocks of the
+walked index per row, nothing but the group's inputs and final values in memory.
+
+Compared with the same ops fused as an ordinary group, the scores and exponentials never reach
+a buffer the size of a row (nor memory, unfused): what the walk saves is their bytes.  What it
+adds is the rescale: per row and block one exponential, a compare and a multiply per running
+value and accumulator.  The row part (scores, max, exponentials, sum) is recomputed once per
+tile of the contraction's free dims, like any producer fused under a tiled consumer.
+"""
+from __future__ import annotations
+
+import math
+
+from search_spaces.chain import WALKED, Chain
+from search_spaces.chain_mask import mask_of, skipped_fraction
+from search_spaces.footprint import tile_sizes
+
+from .devices import DeviceSpec
+from .estimate import FusedProducer, GroupCost
+from .rates import loop_launch_s, read_waste, transcendental_weight
+
+
+def chain_buffer_elems(chain: Chain, block: int, anchor, tiles) -> int:
+    """Elements of one thread's buffers: a block per score op, the block's scores and
+    exponentials, and the accumulators of one row of the tile."""
+    common = chain.common(anchor.out)
+    eff = tile_sizes(anchor, tiles)
+    acc = math.prod(e for i, e in zip(anchor.parallel, eff) if common[i].startswith("x"))
+    return block * (len(chain.scores) + 2) + acc
+
+
+def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: DeviceSpec,
+                item: int) -> GroupCost:
+    anchor = w.op(chain.anchor)
+    common = chain.common(chain.anchor)
+    eff = tile_sizes(anchor, tiles)
+    ext = {common[i]: e for i, e in zip(anchor.parallel, anchor.out_shape)}
+    box = {common[i]: t for i, t in zip(anchor.parallel, eff)}
+    box[WALKED] = ext[WALKED] = chain.extent
+    n_tiles = math.prod(math.ceil(e / t) for e, t in zip(anchor.out_shape, eff))
+    free_tiles = math.prod(math.ceil(e / t) for i, e, t in zip(anchor.parallel, anchor.out_shape,
+                                                               eff) if common[i].startswith("x"))
+    row_part = set(chain.scores) | {chain.max_op, chain.exp_op, chain.sum_op}
+    rows = math.prod(e for c, e in ext.items() if c.startswith("r"))
+    blocks = math.ceil(chain.extent / block)
+    acc = chain_buffer_elems(chain, block, anchor, tiles) - block * (len(chain.scores) + 2)
+    # blocks a where() mask covers are skipped (search_spaces.chain_mask): the walk's work
+    # shrinks by their share, the rest (epilogue, writes) does not
+    mask = mask_of(w, chain)
+    kept = 1.0 - (skipped_fraction(mask, tuple((c, e) for c, e in ext.items()
+                                               if c.startswith("r")), chain.extent, block)
+                  if mask is not None else 0.0)
+    flops = recomputed = trans = compute_s = 0.0
+    moved = unique = 0.0
+    seen: set[str] = set()
+    for name in chain.members:
+        if name == chain.norm_op:
+            continue                  # folded into one division per accumulator at the end
+        op = w.op(name)
+        f, t = op.flops_per_iteration()
+        runs = op.iterations * (free_tiles if name in row_part else 1) \
+            * (kept if name in row_part or name == chain.contraction else 1.0)
+        flops += runs * f
+        trans += runs * t
+        recomputed += (runs - op.iterations) * f
+        compute_s += runs * (f + transcendental_weight(op.expr, dev)) / dev.loop_flops
+        names = chain.common(name)
+        for a in op.reads():
+            if a.tensor in chain.members:
+                continue
+            nbytes = math.prod(w.shapes[a.tensor]) * item
+            per_run = math.prod(box.get(names[i], op.extent(i)) for i in a.idx) * item
+            if a.tensor not in seen and nbytes <= dev.cache_bytes / 2:
+                moved += nbytes
+            elif nbytes > dev.cache_bytes / 2:
+                moved += max(per_run * n_tiles * read_waste(1.0, dev), nbytes)
+            unique += nbytes if a.tensor not in seen else 0.0
+            seen.add(a.tensor)
+        if name in mats or name == chain.anchor:
+            moved += op.out_size * item
+            unique += op.out_size * item
+    # the rescale: per row, block and free tile one exponential, the max and the multiplies
+    rescale = rows * blocks * free_tiles * kept
+    flops += rescale * (3 + acc)
+    trans += rescale
+    compute_s += rescale * (3 + acc + dev.functions.weight("exp", dev.transcendental_flops)) \
+        / dev.loop_flops
+    waves = math.ceil(n_tiles / dev.parallel_units)
+    compute_s /= n_tiles / (waves * dev.parallel_units)
+    overhead_s = dev.tile_overhead_s * n_tiles * len(chain.members) / dev.parallel_units
+    memory_s = moved / dev.bandwidth
+    bound = "compute" if compute_s + overhead_s >= memory_s else "memory"
+    t = max(compute_s + overhead_s, memory_s) + loop_launch_s(dev)
+    return GroupCost(ops=chain.members, anchor=chain.anchor, impl="loop", tiles=tuple(eff),
+                     predicted_s=t, flops=flops, recomputed_flops=recomputed,
+                     transcendentals=trans, bytes=moved, unique_bytes=unique, launches=1,
+                     bound=bound, fused=tuple(FusedProducer(m, float(free_tiles if m in row_part
+                                                                     else 1))
+                                              for m in chain.members if m != chain.anchor),
+                     chain=f"{chain.text()}, blocks of {block}")

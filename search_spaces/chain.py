@@ -1,0 +1,261 @@
+"""Reduction chains that an online softmax can walk in one pass (FlashAttention's rescale).
+
+A chain over a reduced index ``j`` is found from the algebra of the ops, never their names:
+
+* ``m[R] max= X[R,j]``: a max over ``j`` alone of some expression ``X``;
+* ``p[R,j] = exp(X[R,j] - m[R])`` with the same ``X``: so that, with ``m`` replaced by a running
+  max, ``exp(X - m_old) = exp(X - m_new) * exp(m_new - m_old)`` and every sum linear in ``p``
+  can be rescaled as the max grows;
+* ``l[R] += p[R,j] * g``: a sum over ``j`` alone, linear in ``p`` (``g`` reads no chain tensor);
+* optionally ``a[R,j] = p[R,j] / l[R]`` (the normalised weights; their sums divide by the final
+  ``l``) and one contraction ``o[R,D] += p[R,j] * v[...]`` (or of ``a``), again linear;
+* optionally one elementwise epilogue reading only the final ``m``, ``l``, ``o`` and inputs
+  (``out = o / l``, a log-sum-exp ``m + log(l)``);
+* the score ops that only feed ``X`` over exactly ``(R, j)`` (the scores and their mask).
+
+Anything else that reads ``p``, ``a`` or a score op, a second use of ``p`` in one product, or a
+max over more than one index, is not a chain: it does not commute with the rescale.  Each op is
+mapped onto common index names (``r<k>`` rows, ``jj`` the walked index, ``x<k>`` the
+contraction's free dims, ``y<n>_<k>`` a score op's own reductions) so that code generators and
+the cost model can evaluate every member with one set of loop variables.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .ir import Access, Binary, Call, Op, Pow, accesses, rename, to_text
+from .partition import check_partition, groups
+from .space_spec import edges_of
+from .workload import Workload
+
+WALKED = "jj"
+
+
+@dataclass(frozen=True)
+class Chain:
+    """One online-softmax chain; ``anchor`` is its group's sink (epilogue, contraction or sum)."""
+    anchor: str
+    members: tuple[str, ...]         # program order
+    scores: tuple[str, ...]          # score ops evaluated per block of j (program order)
+    max_op: str
+    exp_op: str
+    sum_op: str
+    norm_op: str | None
+    contraction: str | None
+    epilogue: str | None
+    extent: int                      # of the walked index
+    names: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]   # op -> (its index -> common)
+    edges: tuple[tuple[str, str], ...]     # producer->consumer edges between members
+
+    def common(self, op: str) -> dict[str, str]:
+        """``op``'s domain index names -> the chain's common names."""
+        return dict(dict(self.names)[op])
+
+    def text(self) -> str:
+        """One line for ``explain``: the members and their roles."""
+        roles = [f"scores {','.join(self.scores)}"] if self.scores else []
+        roles += [f"max {self.max_op}", f"exp {self.exp_op}", f"sum {self.sum_op}"]
+        roles += [f"normalise {self.norm_op}"] if self.norm_op else []
+        roles += [f"contraction {self.contraction}"] if self.contraction else []
+        roles += [f"epilogue {self.epilogue}"] if self.epilogue else []
+        return f"online softmax over an index of extent {self.extent}: " + ", ".join(roles)
+
+
+def _match_map(acc: Access, producer: Op, known: dict[str, str]) -> dict[str, str] | None:
+    """``op``'s indices in ``acc`` named after ``producer``'s common names (``known``)."""
+    out: dict[str, str] = {}
+    if len(set(acc.idx)) != len(acc.idx):
+        return None                    # a diagonal read: not a plain row/column walk
+    for i, p in zip(acc.idx, producer.parallel):
+        out[i] = known[p]
+    return out
+
+
+def _is_norm(op: Op, p: str, l: str, mp: dict[str, str], rows) -> bool:
+    """``op`` is ``p / l`` (or ``p * (1 / l)``) with ``l`` read at the same rows."""
+    facs = [f for f in op.factors() if to_text(f) != "1.0"]
+    pa = [f for f in facs if isinstance(f, Access) and f.tensor == p]
+    inv = [f for f in facs if isinstance(f, Pow) and f.exponent == -1
+           and isinstance(f.base, Access) and f.base.tensor == l]
+    return len(facs) == 2 and len(pa) == 1 and len(inv) == 1 \
+        and [mp.get(i) for i in inv[0].base.idx] == list(rows)
+
+
+def _common_text(e, names: dict[str, str]) -> str | None:
+    try:
+        return to_text(rename(e, names))
+    except KeyError:
+        return None
+
+
+def _linear_in(op: Op, tensors: set[str], forbidden: set[str]) -> Access | None:
+    """The one factor of ``op``'s product that reads one of ``tensors``, if the other factors
+    read nothing in ``forbidden`` (so the sum is linear in it), else None."""
+    hits, rest = [], []
+    for f in op.factors():
+        (hits if isinstance(f, Access) and f.tensor in tensors else rest).append(f)
+    if len(hits) != 1 or any(a.tensor in forbidden for f in rest for a in accesses(f)):
+        return None
+    return hits[0]
+
+
+def detect(w: Workload) -> dict[str, Chain]:
+    """Every chain of ``w``, keyed by its anchor."""
+    out = {}
+    for op in w.ops:
+        ch = _chain_from(w, op)
+        if ch is not None:
+            out[ch.anchor] = ch
+    return out
+
+
+def _chain_from(w: Workload, mop: Op) -> Chain | None:
+    if mop.combiner != "max" or len(mop.reduction) != 1:
+        return None
+    rows = tuple(f"r{k}" for k in range(len(mop.parallel)))
+    names = {mop.out: {**dict(zip(mop.parallel, rows)), mop.reduction[0]: WALKED}}
+    x_text = _common_text(mop.expr, names[mop.out])
+    m = mop.out
+    # the exponential: exp(X - m) with the same X
+    pop = None
+    for c in w.consumers[m]:
+        cop = w.op(c)
+        e = cop.expr
+        if cop.combiner == "none" and isinstance(e, Call) and e.fn == "exp" \
+                and isinstance(e.args[0], Binary) and e.args[0].op == "-" \
+                and isinstance(e.args[0].b, Access) and e.args[0].b.tensor == m:
+            mp = _match_map(e.args[0].b, mop, names[m])
+            free = [i for i in cop.parallel if i not in (mp or {})]
+            if mp is None or len(free) != 1 or cop.reduction:
+                continue
+            mp[free[0]] = WALKED
+            if _common_text(e.args[0].a, mp) == x_text and m not in {
+                    a.tensor for a in accesses(e.args[0].a)}:
+                pop, names[c] = cop, mp
+                break
+    if pop is None:
+        return None
+    p = pop.out
+    chain_t = {m, p}
+    lop = aop = oop = None
+    for c in sorted(w.consumers[p], key=lambda c: w.op(c).combiner != "sum"):
+        cop = w.op(c)
+        acc = [a for a in cop.reads() if a.tensor == p]
+        mp = _match_map(acc[0], pop, names[p]) if len(acc) == 1 else None
+        if mp is None:
+            return None
+        if cop.combiner == "sum" and set(cop.reduction) == {i for i, n in mp.items()
+                                                            if n == WALKED} \
+                and len(cop.reduction) == 1 \
+                and _linear_in(cop, {p}, chain_t | {p}) is not None:
+            if set(cop.parallel) <= set(mp) and lop is None:
+                lop = cop
+            elif oop is None and set(mp) < set(cop.domain):
+                oop = cop
+            else:
+                return None
+        elif cop.combiner == "none" and lop is not None and not cop.reduction \
+                and set(cop.parallel) == set(mp) and _is_norm(cop, p, lop.out, mp, rows):
+            aop = cop
+        else:
+            return None
+        names[c] = {**mp, **{i: f"x{k}" for k, i in enumerate(
+            i for i in cop.parallel if i not in mp)}}
+        chain_t.add(c)
+    if lop is None or [names[lop.out][i] for i in lop.parallel] != list(rows):
+        return None
+    if aop is not None:
+        for c in w.consumers[aop.out]:
+            cop = w.op(c)
+            acc = [a for a in cop.reads() if a.tensor == aop.out]
+            mp = _match_map(acc[0], aop, names[aop.out]) if len(acc) == 1 else None
+            if oop is not None or mp is None or cop.combiner != "sum" or len(cop.reduction) != 1 \
+                    or mp.get(cop.reduction[0]) != WALKED \
+                    or _linear_in(cop, {aop.out}, chain_t | {aop.out}) is None:
+                return None
+            oop = cop
+            names[c] = {**mp, **{i: f"x{k}" for k, i in enumerate(
+                i for i in cop.parallel if i not in mp)}}
+            chain_t.add(c)
+    if oop is not None and not set(rows) <= set(names[oop.out].values()):
+        return None
+    # with every chain tensor known: the sums read nothing of the chain but their one weight
+    weight = {aop.out} if aop is not None else {p}
+    if _linear_in(lop, {p}, chain_t) is None or (
+            oop is not None and _linear_in(oop, {p} | weight, chain_t) is None):
+        return None
+    eop = _epilogue(w, names, chain_t, m, lop, oop)
+    scores = _scores(w, mop, pop, names, chain_t)
+    members = [o.out for o in w.ops if o.out in chain_t | set(scores) |
+               ({eop.out} if eop else set())]
+    # p, a and the scores live only inside the walk: nothing else may read them
+    private = {p} | ({aop.out} if aop else set()) | set(scores)
+    if any(t in w.outputs for t in private):
+        return None
+    for anchor_op in ([eop] if eop else []) + [None]:
+        mem = members if anchor_op else [x for x in members if eop is None or x != eop.out]
+        edges = tuple((a, b) for a, b in edges_of(w.ops) if a in mem and b in mem)
+        if check_partition(w, set(edges)) is not None:
+            continue
+        gs = [g for g in groups(w, set(edges)) if len(g.members) > 1]
+        if len(gs) != 1 or set(gs[0].members) != set(mem):
+            continue
+        return Chain(gs[0].anchor, tuple(mem), tuple(scores), m, p, lop.out,
+                     aop.out if aop else None, oop.out if oop else None,
+                     anchor_op.out if anchor_op else None, mop.extent(mop.reduction[0]),
+                     tuple((k, tuple(v.items())) for k, v in names.items() if k in mem),
+                     edges)
+    return None
+
+
+def _epilogue(w: Workload, names, chain_t: set[str], m: str, lop: Op, oop: Op | None):
+    """The elementwise op after the walk (``o / l``, ``m + log(l)``), if there is one."""
+    last = oop if oop is not None else lop
+    cons = w.consumers[last.out]
+    if len(cons) != 1:
+        return None
+    eop = w.op(cons[0])
+    if eop.combiner != "none" or eop.reduction:
+        return None
+    mp: dict[str, str] = {}
+    for acc in eop.reads():
+        if acc.tensor in chain_t - {m, lop.out, last.out}:
+            return None                # reads p or a: needs the final max, not a walk
+        if acc.tensor in (m, lop.out, last.out):
+            got = _match_map(acc, w.op(acc.tensor), names[acc.tensor])
+            if got is None or any(mp.get(i, n) != n for i, n in got.items()):
+                return None
+            mp.update(got)
+    if set(eop.parallel) != set(mp) or set(mp.values()) != set(names[last.out].values()) - {WALKED}:
+        return None
+    names[eop.out] = mp
+    return eop
+
+
+def _scores(w: Workload, mop: Op, pop: Op, names, chain_t: set[str]) -> list[str]:
+    """The score ops over exactly (rows, j) that only the chain reads, walking up from X."""
+    inside = set(chain_t)
+    want = set(names[mop.out].values())
+    found: list[str] = []
+    queue = [(mop.out, a) for a in mop.reads()] + [(pop.out, a) for a in pop.reads()]
+    n = 0
+    while queue:
+        reader, acc = queue.pop(0)
+        t = acc.tensor
+        if t in inside or t not in w.producer:
+            continue
+        top = w.op(t)
+        if not all(c in inside for c in w.consumers[t]) or top.combiner == "max" \
+                or t in w.outputs:
+            continue
+        mp = {q: names[reader].get(i, "?") for q, i in zip(top.parallel, acc.idx)}
+        if len(set(acc.idx)) != len(acc.idx) or set(mp.values()) != want:
+            continue
+        n += 1
+        mp.update({r: f"y{n}_{k}" for k, r in enumerate(top.reduction)})
+        names[t] = mp
+        inside.add(t)
+        found.append(t)
+        queue += [(t, a) for a in top.reads()]
+    order = [o.out for o in w.ops]
+    return sorted(found, key=order.index)

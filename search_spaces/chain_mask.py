@@ -1,0 +1,104 @@
+"""Blocks of a chain's walk that a where() mask makes worthless, and may be skipped.
+
+A chain's scores ``X`` (search_spaces.chain), with its elementwise score ops inlined, may be
+``where(COND, A, c)`` (or ``where(COND, c, A)``) with a constant ``c`` so negative that
+``exp(c - m)`` is exactly 0 once the running max ``m`` exceeds ``c`` by SKIP_MARGIN: a causal
+mask's ``-1e9`` (or ``-inf``).  A block of the walked index over which COND never selects ``A``
+(Condition.on_box, for one row) then adds nothing to any sum and leaves the max unchanged, so a
+walk that has already seen such a margin may skip it: the result is the same to the bit.  The
+margin keeps this exact, not approximate: ``exp(-800)`` underflows to 0 in float64 and float32.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from .chain import WALKED, Chain
+from .conditions import Condition, IndexExpr, index_expr
+from .ir import Access, Const, Select, Unary, rename
+from .workload import Workload
+
+SKIP_MARGIN = 800.0     # exp(-x) == 0.0 exactly in float64 (and float32) beyond about 745
+MASK_BELOW = -1.0e4     # a branch constant this low is a mask, not a value
+
+
+@dataclass(frozen=True)
+class Mask:
+    """The scores equal ``value`` wherever ``cond`` (in the chain's common index names) is
+    ``masked_when``."""
+    cond: Condition
+    value: float
+    masked_when: bool
+
+    @property
+    def diff(self) -> IndexExpr:
+        """``lhs - rhs`` of the condition: linear in the indices."""
+        c = self.cond
+        return index_expr(c.lhs.terms + tuple((i, -k) for i, k in c.rhs.terms),
+                          c.lhs.offset - c.rhs.offset)
+
+
+def _const(e) -> float | None:
+    if isinstance(e, Const):
+        return e.value
+    if isinstance(e, Unary) and e.op == "neg" and isinstance(e.x, Const):
+        return -e.x.value
+    return None
+
+
+def mask_of(w: Workload, chain: Chain) -> Mask | None:
+    """The chain's mask, if its scores are a where() with a mask constant in one branch."""
+    x = rename(w.op(chain.max_op).expr, chain.common(chain.max_op))
+    # inline elementwise score ops (a masked copy of the scores, sm = where(j <= i, s, -1e9))
+    while isinstance(x, Access) and x.tensor in chain.scores \
+            and w.op(x.tensor).combiner == "none":
+        op = w.op(x.tensor)
+        x = rename(op.expr, chain.common(x.tensor))
+    if not isinstance(x, Select):
+        return None
+    if not set(x.cond.indices) <= {n for _, names in chain.names for _, n in names
+                                   if n.startswith("r")} | {WALKED}:
+        return None
+    for value, when in ((_const(x.b), False), (_const(x.a), True)):
+        if value is not None and value <= MASK_BELOW:
+            return Mask(x.cond, value, when)
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def skipped_fraction(mask: Mask, rows: tuple[tuple[str, int], ...], extent: int,
+                     block: int) -> float:
+    """About which share of the (row, block) pairs of the walk the mask lets it skip: the
+    condition's row indices sampled at up to 16 evenly spaced values (a model, not a count)."""
+    used = [(r, e) for r, e in rows if r in mask.cond.indices]
+    grids = [sorted({round(k * (e - 1) / 15) for k in range(16)}) for _, e in used]
+    points = [dict()]
+    for (r, _), grid in zip(used, grids):
+        points = [{**p, r: v} for p in points for v in grid]
+    skipped = total = 0
+    for p in points:
+        for jb in range(0, extent, block):
+            box = {r: (v, v) for r, v in p.items()}
+            box[WALKED] = (jb, min(jb + block, extent) - 1)
+            total += 1
+            skipped += mask.cond.on_box(box) is mask.masked_when
+    return skipped / total if total else 0.0
+
+
+def c_never(mask: Mask, var, lo: str, hi: str, n) -> str:
+    """A C-family test that the mask covers the whole block ``[lo, hi]`` of the walked index
+    for the current row (``var``: common name -> source variable, ``n``: integer literals):
+    the condition's difference is linear, so its ends bound it."""
+    d = mask.diff
+
+    def at(j: str) -> str:
+        terms = [f"{n(k)}*{j if i == WALKED else var(i)}" for i, k in d.terms]
+        return "(" + " + ".join(terms + [n(d.offset)]) + ")"
+    a, b = at(lo), at(hi)
+    mn, mx = f"({a} < {b} ? {a} : {b})", f"({a} < {b} ? {b} : {a})"
+    holds = {"<": (f"{mx} < 0", f"{mn} >= 0"), "<=": (f"{mx} <= 0", f"{mn} > 0"),
+             ">": (f"{mn} > 0", f"{mx} <= 0"), ">=": (f"{mn} >= 0", f"{mx} < 0"),
+             "==": (f"({mn} == 0 && {mx} == 0)", f"({mn} > 0 || {mx} < 0)"),
+             "!=": (f"({mn} > 0 || {mx} < 0)", f"({mn} == 0 && {mx} == 0)")}[mask.cond.op]
+    # masked everywhere: the condition always equals masked_when over the block
+    return holds[0] if mask.masked_when else holds[1]

@@ -1,0 +1,140 @@
+"""Online-softmax chains (search_spaces.chain): found from the ops' algebra on the built-ins
+and on blocks written only here, refused where an op breaks the rescale, offered by the space
+as chain:ANCHOR / chain_block:ANCHOR (not on a backend without them, nor under `chains =
+false`), rebuilt by params_of, priced by the cost model and shown by `explain`."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import costmodel
+from autotune.cli.app import app
+from costmodel.devices import preset
+from search_spaces import load_workload, parse_workload
+from search_spaces.candidate import Candidate, GroupSchedule
+from search_spaces.chain import detect
+from search_spaces.plans import chained_plan, named_plan
+from search_spaces.space import SPACE_VERSION, SearchSpace, TileBounds, params_of
+from tests.support.chains import BROKEN, biased, broken, lse, plain
+
+
+def test_attention_chain_has_every_role(small):
+    (ch,) = detect(small("attention")).values()
+    assert (ch.anchor, ch.scores, ch.max_op, ch.exp_op, ch.sum_op, ch.norm_op,
+            ch.contraction, ch.epilogue) == ("o", ("s",), "m", "p", "l", "a", "o", None)
+    assert ch.members == ("s", "m", "p", "l", "a", "o") and ch.extent == 16
+
+
+def test_builtins_with_masks_and_gates(small):
+    (causal,) = detect(small("causal_attention")).values()
+    assert causal.scores == ("s", "sm")          # the where() mask is walked with the scores
+    (tri,) = detect(small("triangle_attention_starting")).values()
+    assert tri.scores == ("sc", "lg") and tri.epilogue == "go" and tri.anchor == "go"
+    assert detect(small("gated_mlp")) == {} and detect(small("trimul_outgoing")) == {}
+
+
+def test_chains_written_only_here():
+    (c1,) = detect(lse()).values()
+    assert (c1.anchor, c1.contraction, c1.epilogue, c1.extent) == ("lse", None, "lse", 37)
+    (c2,) = detect(biased()).values()
+    # scores from a contraction and a bias of another shape; the exponentials stored in another
+    # index order than the scores; a weighted sum; normalised in the epilogue
+    assert (c2.scores, c2.max_op, c2.exp_op, c2.sum_op, c2.norm_op, c2.contraction,
+            c2.epilogue) == (("s", "t"), "mx", "e", "z", None, "u", "y")
+    (c3,) = detect(plain()).values()
+    assert (c3.anchor, c3.norm_op, c3.contraction) == ("r", None, "o")
+
+
+@pytest.mark.parametrize("key", list(BROKEN))
+def test_broken_algebra_is_no_chain(key):
+    assert detect(broken(key)) == {}
+
+
+def _attention_text() -> str:
+    from search_spaces.loader import builtin_text
+    return builtin_text("attention")
+
+
+def test_space_offers_chains_only_where_they_run(small):
+    w = small("attention")
+    asked = []
+    SearchSpace(w).build(lambda n, opts: asked.append((n, list(opts))) or opts[-1])
+    assert ("chain:o", [0, 1]) in asked
+    assert ("chain_block:o", [16]) in asked       # extent 16: one block, no rescale
+    assert SearchSpace(load_workload("attention", {"S": 300, "H": 2, "D": 8, "C": 16})) \
+        .chain_blocks("o") == [16, 32, 64, 128, 256]
+    cuda = SearchSpace(w, TileBounds(1, 1024, chains=False))
+    names = []
+    cuda.build(lambda n, opts: names.append(n) or opts[-1])
+    assert not any(n.startswith("chain") for n in names)
+    off = parse_workload(_attention_text() + "\n[space]\nchains = false\n", "off.toml")
+    assert SearchSpace(off).chains == {}
+
+
+def test_chain_candidate_is_exactly_its_group_and_round_trips(small):
+    w = load_workload("attention", {"S": 40, "H": 2, "D": 8, "C": 16})
+    space = SearchSpace(w)
+    rng = np.random.default_rng(3)
+    seen = 0
+    for _ in range(40):
+        cand = space.build(lambda n, opts: 1 if n.startswith("chain:")
+                           else opts[int(rng.integers(len(opts)))])
+        sched = cand.schedule("o")
+        assert sched.chain_block in (16, 32) and sched.impl == "loop"
+        assert {e.split("->")[1] for e in cand.fused} >= {"m", "p", "l", "a", "o"}
+        assert not any(e.startswith(("q->", "k->", "v->")) for e in cand.fused)
+        params = params_of(space, cand)
+        assert params is not None and params["chain:o"] == 1
+        assert params["chain_block:o"] == sched.chain_block
+        assert Candidate.from_json(cand.to_json()) == cand
+        seen += 1
+    assert seen == 40
+    plain_cand = named_plan(space, "heuristic")
+    assert "chain_block" not in plain_cand.to_json()    # unchained plans keep their keys
+    assert params_of(space, plain_cand)["chain:o"] == 0
+
+
+def test_space_version_names_the_chains():
+    assert SPACE_VERSION == "4"
+    assert GroupSchedule.from_dict({"anchor": "o", "tiles": [4], "chain_block": 32}) \
+        .chain_block == 32
+
+
+def test_cost_model_prices_the_rescale_and_the_saved_bytes():
+    w = load_workload("attention", {"S": 1024, "H": 8, "D": 32, "C": 256})
+    space = SearchSpace(w)
+    dev = preset("a100")
+    base = chained_plan(space)
+    small_blocks = _with_block(base, 16)
+    big_blocks = _with_block(base, 256)
+    g16 = next(g for g in costmodel.estimate(w, small_blocks, dev).groups if g.chain)
+    g256 = next(g for g in costmodel.estimate(w, big_blocks, dev).groups if g.chain)
+    assert g16.flops > g256.flops and g16.transcendentals > g256.transcendentals
+    assert "blocks of 16" in g16.chain and "scores s" in g16.chain
+    # the unfused plan writes and reads the S x S scores, exponentials and weights
+    unfused = costmodel.estimate(w, named_plan(space, "unfused"), dev)
+    members = set(g256.ops)
+    unfused_bytes = sum(g.bytes for g in unfused.groups if g.anchor in members)
+    assert g256.bytes < unfused_bytes / 10
+    assert costmodel.memory_bytes(w, base, 4) < costmodel.memory_bytes(
+        w, named_plan(space, "unfused"), 4)
+
+
+def _with_block(cand, block):
+    from dataclasses import replace
+    return replace(cand, schedules=tuple(
+        replace(s, chain_block=block) if s.chain_block else s for s in cand.schedules))
+
+
+def test_explain_shows_the_chain():
+    r = CliRunner().invoke(app, ["explain", "attention", "--plan", "chained", "--dims",
+                                 "S=128,H=2,D=16,C=32"])
+    assert r.exit_code == 0, r.output
+    assert "chain:  online softmax over an index of extent 128: scores s, max m, exp p, " \
+           "sum l, normalise a, contraction o, blocks of 64" in r.stdout
+    j = CliRunner().invoke(app, ["explain", "attention", "--plan", "chained", "--format",
+                                 "json", "--dims", "S=128,H=2,D=16,C=32"])
+    assert any("chain" in g for g in json.loads(j.stdout)["groups"])

@@ -1,0 +1,96 @@
+"""Workloads with online-softmax chains written only for the tests (none is a built-in): a
+log-sum-exp, attention with a pair bias of another shape normalised after the weighted sum
+(``o / l``), a masked variant, and near misses whose algebra breaks the rescale."""
+from __future__ import annotations
+
+import warnings
+
+from pathlib import Path
+
+from search_spaces import Workload, load_workload, parse_workload
+
+# a row-wise log-sum-exp: max, exp of the difference, sum, then an epilogue reading m and l
+LSE = """
+m[i]     max= x[i,j]
+p[i,j]    = exp(x[i,j] - m[i])
+l[i]     += p[i,j]
+lse[i]    = m[i] + log(l[i])
+"""
+
+# scores from a contraction plus a bias b[h,j] (no i), the weighted sum of unnormalised weights
+# with an extra per-key factor, normalised by the epilogue (o * (1 / l) + the skip input)
+BIASED = """
+s[i,h,j]  += q[i,h,c] * k[j,h,c]
+t[h,i,j]   = s[i,h,j] * 0.5 + b[h,j]
+mx[h,i]  max= t[h,i,j]
+e[i,j,h]   = exp(t[h,i,j] - mx[h,i])
+z[h,i]    += e[i,j,h] * g[j]
+u[h,d,i]  += v[j,h,d] * e[i,j,h]
+y[i,h,d]   = u[h,d,i] * (1 / z[h,i]) + q[i,h,d]
+"""
+
+# normalised after the weighted sum (the form of the issue); BROKEN swaps one line of it for
+# one that breaks the algebra the walk needs
+PLAIN = """
+m[i]     max= x[i,j]
+p[i,j]    = exp(x[i,j] - m[i])
+l[i]     += p[i,j]
+o[i,d]   += p[i,j] * v[j,d]
+r[i,d]    = o[i,d] / l[i]
+"""
+BROKEN = {
+    # the exponential times the score: not exp(X - m)
+    "times_score": ("p[i,j]    = exp(x[i,j] - m[i])", "p[i,j] = exp(x[i,j] - m[i]) * x[i,j]"),
+    # the exponential of another expression than the max's
+    "other_score": ("p[i,j]    = exp(x[i,j] - m[i])", "p[i,j] = exp(2 * x[i,j] - m[i])"),
+    # the max over another index than the sums'
+    "other_index": ("m[i]     max= x[i,j]\np[i,j]    = exp(x[i,j] - m[i])",
+                    "m[j] max= x[i,j]\np[i,j] = exp(x[i,j] - m[j])"),
+    # a sum that is not linear in the exponentials
+    "squared": ("l[i]     += p[i,j]", "l[i] += p[i,j] * p[i,j]"),
+    # a weighted sum that also reads the sum itself: it would need the final l inside the walk
+    "reads_sum": ("o[i,d]   += p[i,j] * v[j,d]", "o[i,d] += p[i,j] * v[j,d] / l[i]"),
+    # the exponentials read by an op outside the chain
+    "escaping": ("r[i,d]    = o[i,d] / l[i]", "r[i,d] = o[i,d] / l[i] + p[i,d]"),
+}
+
+
+def chain_workload(program: str, outputs: list[str], dims: dict[str, int],
+                   inputs: dict[str, list[str]], name: str = "chain_test",
+                   dtype: str = "float64", folder: Path | None = None) -> Workload:
+    """The workload, parsed from text (or, given ``folder``, loaded from a file written there:
+    a search's measuring worker reloads the workload from its path)."""
+    text = (f'name = "{name}"\ndtype = "{dtype}"\n'
+            f'outputs = {outputs!r}\n'.replace("'", '"')
+            + f'program = """{program}"""\n[dims]\n'
+            + "".join(f"{k} = {v}\n" for k, v in dims.items()) + "[inputs]\n"
+            + "".join(f'{k} = {v!r}\n'.replace("'", '"') for k, v in inputs.items()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        if folder is None:
+            return parse_workload(text, f"{name}.toml")
+        path = folder / f"{name}.toml"
+        path.write_text(text)
+        return load_workload(str(path))
+
+
+def lse(n: int = 5, j: int = 37) -> Workload:
+    return chain_workload(LSE, ["lse"], {"N": n, "J": j}, {"x": ["N", "J"]}, "lse")
+
+
+def biased(s: int = 21, h: int = 2, c: int = 3, d: int = 3,
+           folder: Path | None = None) -> Workload:
+    return chain_workload(BIASED, ["y"], {"S": s, "H": h, "C": c, "D": d},
+                          {"q": ["S", "H", "C"], "k": ["S", "H", "C"], "b": ["H", "S"],
+                           "g": ["S"], "v": ["S", "H", "D"]}, "biased", folder=folder)
+
+
+def plain(n: int = 4, j: int = 6, d: int = 3, program: str = PLAIN) -> Workload:
+    return chain_workload(program, ["r"], {"N": n, "J": j, "D": d},
+                          {"x": ["N", "J"], "v": ["J", "D"]}, "plain")
+
+
+def broken(key: str) -> Workload:
+    old, new = BROKEN[key]
+    assert old in PLAIN
+    return plain(4, 4, 4, PLAIN.replace(old, new))
