@@ -240,10 +240,10 @@ class SearchSpace:
             not inchain & set(e)
         wanted = []
         for p, c in self.edges:
-            if (p, c) in self.forbid or p in inchain or c in inchain:
+            if (p, c) in self.forbid:
                 continue
             if not outside((p, c)):
-                continue  # a library GEMM or the kernel runs alone: operands and result materialized
+                continue  # a library GEMM, the kernel or a chain runs alone: no other fusion
             if (p, c) in self.force or choose(f"fuse:{p}->{c}", [0, 1]):
                 wanted.append((p, c))
         forced = [e for ch in chains.values() for e in ch.edges] + [

@@ -16,6 +16,7 @@ from pathlib import Path
 from db.records import Status
 
 from autotune.bench.result import PEER_NAMES, BenchResult
+from autotune.report.units import fmt_s
 
 HEURISTIC_SLACK = 1.05
 
@@ -66,12 +67,6 @@ def _x(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}x"
 
 
-def _s(v: float | None) -> str:
-    if v is None:
-        return "-"
-    return f"{v * 1e3:.2f} ms" if v < 1 else f"{v:.3f} s"
-
-
 def format_summary(rows: list[SummaryRow]) -> str:
     """The table: per workload the best plan, its best peer, the two ratios, a verdict."""
     head = (f"{'workload':28s}{'best':>11s}{'best peer':>22s}{'vs peer':>9s}"
@@ -81,10 +76,10 @@ def format_summary(rows: list[SummaryRow]) -> str:
         if r.error:
             lines.append(f"{r.workload:28s}  failed: {r.error}")
             continue
-        peer = f"{r.best_peer} {_s(r.best_peer_s)}" if r.best_peer else "no peer ran"
+        peer = f"{r.best_peer} {fmt_s(r.best_peer_s)}" if r.best_peer else "no peer ran"
         verdict = "wins" if r.wins else ("behind a peer" if r.vs_best_peer is None
                                          or r.vs_best_peer >= 1 else "behind the heuristic")
-        lines.append(f"{r.workload:28s}{_s(r.best_s):>11s}{peer:>22s}"
+        lines.append(f"{r.workload:28s}{fmt_s(r.best_s):>11s}{peer:>22s}"
                      f"{_x(r.vs_best_peer):>9s}{_x(r.vs_heuristic):>9s}  {verdict}")
     won = sum(r.wins for r in rows)
     lines.append(f"{won} of {len(rows)} workloads: tuned plan ahead of every peer and within "

@@ -246,10 +246,7 @@ class CompiledPlan:
                 # its code pages and wakes OpenMP's and BLAS's threads (measured idle, 2 cores,
                 # four 4-6 ms gelu_mlp plans: first calls 1-20 % slower than the five after,
                 # the order of the gaps between those plans); the sample is the call after it
-                last[0] = None
-                t0 = time.perf_counter()
-                last[0] = self(**inputs)
-                seconds = time.perf_counter() - t0
+                seconds = run()
             return seconds
 
         def run() -> float:
