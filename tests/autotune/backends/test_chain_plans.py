@@ -14,6 +14,7 @@ from search_spaces import load_workload
 from search_spaces.plans import chained_plan
 from search_spaces.space import SearchSpace
 from tests.support.chains import biased, lse, plain
+from tests.support.searches import search_rows
 
 WORKLOADS = {
     "attention": lambda: load_workload("attention", {"S": 37, "H": 2, "D": 8, "C": 16}),
@@ -96,18 +97,8 @@ def test_generated_walk_keeps_the_scores_in_block_buffers():
 
 
 def test_search_on_a_test_only_block_tries_the_chain_and_verifies_every_trial(tmp_path):
-    from autotune.api import run_search
-    from autotune.search.config import SearchConfig
-    from db.store import PlanDB
     w = biased(40, 2, 4, 4, folder=tmp_path)
-    path = tmp_path / "p.sqlite"
-    result = run_search(w, "cpu", db=path, config=SearchConfig(budget=8, model_pool=30,
-                                                                model_seeds=2))
-    db = PlanDB(path)
-    try:
-        rows = db.trials(result.key.key)
-    finally:
-        db.close()
+    _, rows = search_rows(w, tmp_path / "p.sqlite", 8)
     assert rows and all(r.status in ("ok", "pruned") for r in rows), \
         [(r.status, r.error) for r in rows]
     chained = [r for r in rows if r.status == "ok" and any(

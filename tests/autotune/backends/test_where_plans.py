@@ -11,16 +11,15 @@ import shutil
 import numpy as np
 import pytest
 
-from autotune.api import make_executable, run_search
+from autotune.api import make_executable
 from autotune.backends.base import verify
 from autotune.backends.cpu.codegen import generate
 from autotune.backends.cpu.executor import CompiledPlan
 from autotune.reference import reference
-from autotune.search.config import SearchConfig
-from db.store import PlanDB
 from search_spaces.candidate import GroupSchedule, make_candidate
 from search_spaces.plans import NAMED_PLANS, named_plan
 from search_spaces.space import SearchSpace, TileBounds
+from tests.support.searches import search_rows
 from tests.support.where import causal, where_workload
 
 BOUNDS = TileBounds(1, 1024)
@@ -97,14 +96,7 @@ def test_emulated_cuda_plans_match_reference(name, emulator, tmp_path):
 
 def test_search_on_the_causal_workload_verifies_every_trial(tmp_path):
     w = causal()
-    path = tmp_path / "p.sqlite"
-    result = run_search(w, "cpu", db=path, config=SearchConfig(budget=6, model_pool=30,
-                                                                model_seeds=2))
-    db = PlanDB(path)
-    try:
-        rows = db.trials(result.key.key)
-    finally:
-        db.close()
+    result, rows = search_rows(w, tmp_path / "p.sqlite", 6)
     assert rows and all(r.status in ("ok", "pruned") for r in rows), \
         [(r.status, r.error) for r in rows]
     plan = make_executable(w, result.best.to_candidate(), "cpu", tmp_path)
