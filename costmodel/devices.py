@@ -52,6 +52,22 @@ class FunctionCosts:
 
 
 @dataclass(frozen=True)
+class KernelCosts:
+    """How the generated contraction kernel's parameters move its time beyond what its roofline
+    sees (``costmodel.kernel_cost``): factors on the kernel's time for each choice (1.0: no
+    effect), and the cost of one barrier between its threads.  ``autotune calibrate`` fits them
+    on this machine over random legal configurations at three shape classes
+    (``autotune/backends/cpu/kernel_probe.py``)."""
+    stream_cached: float = 1.0   # streaming stores of a C that fits in the last-level cache
+    unpacked_a: float = 1.0      # A read in place (pack_a off)
+    unpacked_b: float = 1.0      # B read in place (pack_b off)
+    short_tile: float = 1.0      # a register tile of at most 4 rows
+    one_vector: float = 1.0      # a register tile one vector wide
+    outer_a: float = 1.0         # the A-panel-outer loop order
+    barrier_s: float = 0.0       # one barrier of the threads sharing a batch item (split "m")
+
+
+@dataclass(frozen=True)
 class DeviceSpec:
     """Rates and sizes of one device (flop/s, bytes/s, bytes, seconds)."""
     name: str
@@ -77,13 +93,15 @@ class DeviceSpec:
     access: AccessCosts = AccessCosts()
     functions: FunctionCosts = FunctionCosts()
     kernel_flops: float = 0.0  # the generated contraction kernel on large shapes (0: gemm_flops)
+    kernel: KernelCosts = KernelCosts()
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @staticmethod
     def from_dict(d: dict) -> "DeviceSpec":
-        nested = {"gemm_shapes": GemmShapes, "access": AccessCosts, "functions": FunctionCosts}
+        nested = {"gemm_shapes": GemmShapes, "access": AccessCosts, "functions": FunctionCosts,
+                  "kernel": KernelCosts}
         return DeviceSpec(**{k: nested[k](**v) if k in nested and isinstance(v, dict) else v
                              for k, v in d.items()})
 
@@ -110,7 +128,11 @@ CPU_DEFAULT = DeviceSpec("cpu", "cpu", f32_flops=157e9, tf32_flops=0.0, bf16_flo
                          access=AccessCosts(strided_read=38.0, strided_write=27.0,
                                             transpose_copy=14.0),
                          functions=FunctionCosts(exp=5.0, log=5.0, sqrt=2.4, rsqrt=4.4,
-                                                 sigmoid=6.4, tanh=240.0))
+                                                 sigmoid=6.4, tanh=240.0),
+                         # `autotune calibrate` of 2026-11-30 on the development machine: 75
+                         # random configurations at three shapes, log error 0.35 -> 0.21
+                         kernel=KernelCosts(stream_cached=1.57, short_tile=1.25, one_vector=1.11,
+                                            outer_a=0.90, barrier_s=16e-6))
 
 PRESETS = {d.name: d for d in (A100, H100, H200, CPU_DEFAULT)}
 

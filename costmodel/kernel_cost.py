@@ -18,7 +18,7 @@ from search_spaces.candidate import IMPL_KERNEL
 from search_spaces.kernel_fusion import group_strides, kernel_parts
 from search_spaces.gemm import as_matrix_view, gemm_form, operand_groups
 from search_spaces.ir import accesses
-from search_spaces.kernel import KernelParams
+from search_spaces.kernel import OUTER_A, SPLIT_BATCH, KernelParams
 from search_spaces.partition import Group
 
 from .devices import DeviceSpec
@@ -85,6 +85,60 @@ def _others(w, fused_op, is_value, to_p, grp, ext, role, whole, layout_of, item)
     return out
 
 
+def kernel_flags(p: KernelParams | None, item: int, kk: int, c_bytes: float,
+                 dev: DeviceSpec) -> dict[str, bool]:
+    """Which of the :class:`~costmodel.devices.KernelCosts` factors apply to parameters ``p``
+    (none for a hand-written candidate without them): ``kk`` is the contraction's depth and
+    ``c_bytes`` the size of what the kernel writes."""
+    if p is None:
+        return {}
+    return {"stream_cached": p.stream and kk <= p.kc and c_bytes <= dev.cache_bytes,
+            "unpacked_a": not p.pack_a, "unpacked_b": not p.pack_b, "short_tile": p.mr <= 4,
+            "one_vector": p.nr <= p.lanes(item), "outer_a": p.outer == OUTER_A}
+
+
+def kernel_threads(b: int, m: int, n: int, kk: int, p: KernelParams | None,
+                   dev: DeviceSpec) -> tuple[float, int]:
+    """(share of the cores kept busy, barriers between them) for a ``b`` x (m x n x kk) product.
+    Split "batch" (with more than one item) gives each thread whole items, no barrier; split
+    "m" shares each item's row blocks between all threads, with a barrier after each NC x KC
+    block's B packing and after its row blocks (gemm_driver.item_shared)."""
+    cores = max(dev.parallel_units, 1)
+    if p is None:
+        return 1.0, 0
+    if p.split == SPLIT_BATCH and b > 1:
+        return b / (math.ceil(b / cores) * cores), 0
+    rows = math.ceil(math.ceil(m / cores) / p.mr) * p.mr
+    busy = min(cores, math.ceil(m / rows))
+    blocks = math.ceil(n / p.nc) * max(1, math.ceil(kk / p.kc))
+    return busy / cores, b * blocks * (1 + int(p.pack_b))
+
+
+def kernel_compute_s(b: int, m: int, n: int, kk: int, p: KernelParams | None, item: int,
+                     c_bytes: float, dev: DeviceSpec) -> float:
+    """The kernel's arithmetic time: its flops at the kernel's rate, less the share of partial
+    register tiles and idle cores, times the calibrated factors of its parameters, plus its
+    barriers."""
+    flops = 2.0 * b * m * n * kk
+    mr, nr = (p.mr, p.nr) if p is not None else (1, 1)
+    occ, barriers = kernel_threads(b, m, n, kk, p, dev)
+    eff = tile_use(m, mr) * tile_use(n, nr) * min(1.0, kk / SMALL_GEMM) ** 0.5 * occ
+    factor = math.prod(getattr(dev.kernel, name)
+                       for name, on in kernel_flags(p, item, kk, c_bytes, dev).items() if on)
+    rate = dev.kernel_flops or dev.gemm_flops
+    return flops / (rate * max(eff, GEMM_FLOOR)) * factor + barriers * dev.kernel.barrier_s
+
+
+def plain_kernel_s(b: int, m: int, n: int, kk: int, p: KernelParams, item: int,
+                   dev: DeviceSpec) -> float:
+    """The model's time for the kernel alone on contiguous row-major operands (no fusion, no
+    copy): what ``autotune calibrate`` compares its measurements with."""
+    a, bb, c = (float(b * x * y * item) for x, y in ((m, kk), (kk, n), (m, n)))
+    moved = a * math.ceil(n / p.nc) + bb + c * (2 * max(1, math.ceil(kk / p.kc)) - 1)
+    compute = kernel_compute_s(b, m, n, kk, p, item, c, dev)
+    return max(compute, moved / dev.bandwidth) + loop_launch_s(dev)
+
+
 def kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev: DeviceSpec,
                  item: int) -> GroupCost:
     """The group ``g`` (a contraction, with its epilogue or alone) run by the kernel with
@@ -98,14 +152,14 @@ def kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev: Dev
     size = lambda idx: math.prod(ext[i] for i in idx)
     b_, m, n, kk = size(form.batch), size(form.m), size(form.n), size(form.k)
     flops = 2.0 * b_ * m * n * kk
-    mr, nr, nc, kc = (k.mr, k.nr, k.nc, k.kc) if k is not None else (1, 1, max(n, 1), max(kk, 1))
-    eff = tile_use(m, mr) * tile_use(n, nr) * min(1.0, kk / SMALL_GEMM) ** 0.5
+    nc, kc = (k.nc, k.kc) if k is not None else (max(n, 1), max(kk, 1))
     passes = {"a": math.ceil(n / nc), "b": 1, "c": 2 * max(1, math.ceil(kk / kc)) - 1, "e": 1}
     bytes_ = sum(nbytes * passes[role] for _, nbytes, role, _ in rows)
     unique = sum(nbytes for _, nbytes, _, _ in rows)
     # a copy reads and writes each byte with one side strided
     copy_bytes = sum(2 * copied * dev.access.transpose_copy for *_, copied in rows)
-    compute = flops / ((dev.kernel_flops or dev.gemm_flops) * max(eff, GEMM_FLOOR))
+    c_bytes = sum(nbytes for _, nbytes, role, _ in rows if role == "c")
+    compute = kernel_compute_s(b_, m, n, kk, k, item, c_bytes, dev)
     # the fused ops' arithmetic at the loop rate: an epilogue once per element of C, a
     # prologue once per element of its operand and packing pass
     fused_flops = trans = 0.0

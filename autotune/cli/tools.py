@@ -111,7 +111,11 @@ def calibrate(device: str = typer.Option("cpu", help="only cpu: GPU specs are da
               copy_mb: float = typer.Option(256.0, "--copy-mb", min=0.001,
                                             help="MB per array in the bandwidth tests"),
               repeats: int = typer.Option(3, min=1, help="at least this many runs per probe (the "
-                                                           "best counts)")):
+                                                           "best counts)"),
+              kernel_samples: int = typer.Option(
+                  24, "--kernel-samples", min=0,
+                  help="random configurations of the generated kernel timed per shape class "
+                       "(0: its terms are not measured)")):
     """Measure every term of this machine's cpu cost model: GEMM rates by shape class,
     bandwidth by access pattern, peak FMA rate, transcendental costs, launch overheads."""
     from autotune.backends.cpu.calibrate import calibrate_cpu
@@ -120,7 +124,7 @@ def calibrate(device: str = typer.Option("cpu", help="only cpu: GPU specs are da
         raise CliError(f"--device {device!r}: only cpu is calibrated (GPU specs are datasheet "
                        f"presets)")
     try:
-        rec, path = calibrate_cpu(gemm_n, copy_mb, repeats)
+        rec, path = calibrate_cpu(gemm_n, copy_mb, repeats, kernel_samples=kernel_samples)
     except OSError as e:
         raise CliError(f"cannot store the calibration: {e}") from None
     for line in report_lines(rec):

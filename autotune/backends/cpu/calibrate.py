@@ -22,7 +22,8 @@ from db.store import default_db_path
 
 # 1: gemm_flops, bandwidth, loop_flops, f32_flops, parallel_units, cache_bytes
 # 2: + GEMM shape classes, access patterns, function costs, launch/region/thread/library call
-CALIBRATION_VERSION = 2
+# 3: + the generated kernel's rate and parameter factors (kernel_flops, kernel)
+CALIBRATION_VERSION = 3
 CALIBRATION_FILE = "calibration-cpu.json"
 DEFAULT_GEMM_N = 2048
 DEFAULT_COPY_MB = 256
@@ -69,11 +70,15 @@ def write_calibration(rec: dict, path: Path | None = None) -> Path:
 
 
 def calibrate_cpu(gemm_n: int = DEFAULT_GEMM_N, copy_mb: float = DEFAULT_COPY_MB,
-                  repeats: int = DEFAULT_REPEATS, path: Path | None = None) -> tuple[dict, Path]:
-    """Measure and store; returns (record, where it was written)."""
+                  repeats: int = DEFAULT_REPEATS, path: Path | None = None,
+                  kernel_samples: int | None = None) -> tuple[dict, Path]:
+    """Measure and store; returns (record, where it was written).  ``kernel_samples``: random
+    kernel configurations per shape class (None: the probe's default; 0: none)."""
     from autotune.backends.cpu.calibration_terms import measure
+    from autotune.backends.cpu.kernel_probe import DEFAULT_SAMPLES
+    ks = DEFAULT_SAMPLES if kernel_samples is None else kernel_samples
     rec = {"version": CALIBRATION_VERSION,
-           **measure(gemm_n, copy_mb, repeats, default_db_dir() / "kernels")}
+           **measure(gemm_n, copy_mb, repeats, default_db_dir() / "kernels", ks)}
     return rec, write_calibration(rec, path)
 
 
@@ -82,8 +87,11 @@ _FIELDS = {"gemm_flops": (float, False), "bandwidth": (float, False),
            "loop_flops": (float, False), "f32_flops": (float, False),
            "cache_bytes": (float, False), "parallel_units": (int, False),
            "launch_s": (float, False), "region_s": (float, True),
-           "thread_start_s": (float, True), "library_call_s": (float, True)}
-_SECTIONS = ("gemm_shapes", "access", "functions")     # nested dataclasses of positive floats
+           "thread_start_s": (float, True), "library_call_s": (float, True),
+           "kernel_flops": (float, False)}
+# nested dataclasses of positive floats (and the few that may be 0)
+_SECTIONS = ("gemm_shapes", "access", "functions", "kernel")
+_ZERO_OK = {"kernel.barrier_s"}
 
 
 def _number(key: str, v, zero_ok: bool) -> float:
@@ -109,7 +117,8 @@ def spec_from_record(rec) -> DeviceSpec:
             raise ValueError(f"{name} is not a JSON object")
         base = getattr(CPU_DEFAULT, name)
         known = {f.name for f in fields(base)}
-        upd[name] = replace(base, **{k: float(_number(f"{name}.{k}", v, False))
+        upd[name] = replace(base, **{k: float(_number(f"{name}.{k}", v,
+                                                      f"{name}.{k}" in _ZERO_OK))
                                      for k, v in sec.items() if k in known})
     return replace(CPU_DEFAULT, **upd)
 

@@ -4,7 +4,9 @@ model (section 7 of docs/costmodel.md) measured on this machine.
 The library GEMM rate, on square matrices and per shape class, goes through the executor's GEMM
 call (:mod:`.host_probes`); bandwidth by access pattern (streaming, strided, transposing), the
 peak FMA rate, each transcendental's cost and the parallel-region overhead are generated C loops
-(:mod:`.probes`); the fixed cost of a group's call comes from tiny compiled plans.  :func:`measure`
+(:mod:`.probes`); the fixed cost of a group's call comes from tiny compiled plans; the generated
+contraction kernel's rate and parameter factors are fitted to random configurations
+(:mod:`.kernel_probe`).  :func:`measure`
 returns the record, with the raw figures each term comes from under ``evidence``;
 ``calibrate.py`` stores and loads it.
 """
@@ -22,7 +24,8 @@ import numpy as np
 from costmodel.devices import CPU_DEFAULT, TRANSCENDENTALS, GemmShapes
 from costmodel.rates import gemm_rate
 
-from autotune.backends.cpu import host_probes, probes
+from autotune.backends.cpu import host_probes, kernel_probe, probes
+from autotune.backends.cpu.machine import machine_bounds
 
 LOOP_FRACTION = 0.15   # generated loop nests vs. BLAS, when the loop rate is not measured
 MIN_LAUNCH_S = 1e-6    # a call from Python never costs less, whatever the noise subtracts
@@ -75,9 +78,11 @@ def _errors(fn, errors: dict, key: str):
         return None
 
 
-def measure(gemm_n: int, copy_mb: float, repeats: int, cache_dir: Path) -> dict:
+def measure(gemm_n: int, copy_mb: float, repeats: int, cache_dir: Path,
+            kernel_samples: int = kernel_probe.DEFAULT_SAMPLES) -> dict:
     """Measure this machine: the calibration record without its version (not yet stored).
-    ``cache_dir``: where the probes' compiled C goes (the kernel cache)."""
+    ``cache_dir``: where the probes' compiled C goes (the kernel cache); ``kernel_samples``:
+    random kernel configurations per shape class (0: the kernel's terms are not measured)."""
     errors: dict[str, str] = {}
     rates = host_probes.gemm_flops({"square": (1, gemm_n, gemm_n, gemm_n),
                                     **host_probes.GEMM_SHAPES}, repeats)
@@ -105,11 +110,18 @@ def measure(gemm_n: int, copy_mb: float, repeats: int, cache_dir: Path) -> dict:
     if loop_call is not None:
         ev["loop_group_call_s"] = loop_call
     ev["library_group_call_s"] = host_probes.group_call_s(True, cache_dir, repeats)
+    llc = _last_level_cache()
+    if llc:
+        ev["cache_bytes"] = llc
+    if kernel_samples > 0:
+        ks = _errors(lambda: kernel_probe.measure_kernel(machine_bounds(), cache_dir, repeats,
+                                                         kernel_samples), errors, "kernel")
+        if ks is not None:
+            ev["kernel_samples"] = kernel_probe.sample_records(ks)
     rec = {"device": "cpu", "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "machine": platform.machine(), "processor": platform.processor(),
            "numpy": np.__version__, "gemm_n": int(gemm_n), "copy_bytes": int(n * 4),
            "repeats": int(repeats), **terms(ev, _cores()), "evidence": ev}
-    llc = _last_level_cache()
     if llc:
         rec["cache_bytes"] = llc
     rec.update({f"{k}_error": v for k, v in errors.items()})
@@ -145,6 +157,14 @@ def terms(ev: dict, cores: int) -> dict:
         out["launch_s"] = max(ev["loop_group_call_s"] - region, MIN_LAUNCH_S)
     out["library_call_s"] = max(ev["library_group_call_s"]
                                 - out.get("launch_s", CPU_DEFAULT.launch_s), 0.0)
+    if ev.get("kernel_samples"):
+        # the kernel's terms are fitted against the model with this machine's other terms
+        known = {k: out[k] for k in ("gemm_flops", "bandwidth", "parallel_units", "launch_s",
+                                     "region_s", "thread_start_s") if k in out}
+        dev = replace(CPU_DEFAULT, cache_bytes=float(ev.get("cache_bytes",
+                                                            CPU_DEFAULT.cache_bytes)), **known)
+        out.update(kernel_probe.kernel_terms(
+            kernel_probe.samples_from_records(ev["kernel_samples"]), dev))
     return out
 
 
@@ -201,6 +221,17 @@ def report_lines(rec: dict) -> list[str]:
     out.append(f"library:    {rec['library_call_s'] * 1e6:.1f} us per GEMM call beyond the "
                f"launch  (a library group {ev.get('library_group_call_s', 0) * 1e6:.1f} us in "
                f"all)")
+    if "kernel_flops" in rec:
+        kc, fit = rec.get("kernel", {}), rec.get("kernel_fit", {})
+        out.append(f"kernel:     {rec['kernel_flops'] / 1e9:.1f} GFLOP/s  (the generated "
+                   f"contraction kernel, fitted to {fit.get('samples', '?')} random "
+                   f"configurations; log error {fit.get('rms_log_before', math.nan):.2f} -> "
+                   f"{fit.get('rms_log_after', math.nan):.2f} with its factors)")
+        out.append("  factors:  " + ", ".join(f"{k} x{v:.2f}" for k, v in sorted(kc.items())
+                                              if k != "barrier_s")
+                   + f"; barrier {kc.get('barrier_s', 0.0) * 1e6:.1f} us")
+    else:
+        out.append(f"kernel:     not measured ({rec.get('kernel_error', 'no kernel samples')})")
     out.append(f"cores:      {rec['parallel_units']}"
                + (f"   last-level cache: {rec['cache_bytes'] / 2**20:.0f} MiB"
                   if "cache_bytes" in rec else ""))

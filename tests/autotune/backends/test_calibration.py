@@ -160,10 +160,14 @@ def test_an_invalid_term_rejects_the_file(tmp_path, bad):
 
 def test_calibrate_prints_every_term(tmp_path, monkeypatch):
     monkeypatch.setenv("AUTOTUNE_DB", str(tmp_path / "plans.sqlite"))
-    r = runner.invoke(app, ["calibrate", "--gemm-n", "32", "--copy-mb", "0.2", "--repeats", "1"])
+    r = runner.invoke(app, ["calibrate", "--gemm-n", "32", "--copy-mb", "0.2", "--repeats", "1",
+                            "--kernel-samples", "2"])
     assert r.exit_code == 0, r.output
     rec = json.loads(cal.calibration_path().read_text())
-    for needle in ("gemm:", "skinny_k", "skinny_mn", "batched_small", "bandwidth:",
+    # the kernel's terms: fitted to the default and 2 random configurations at each shape
+    assert rec["kernel_fit"]["samples"] == len(rec["evidence"]["kernel_samples"]) >= 6
+    assert rec["kernel_flops"] > 0 and rec["kernel"]["barrier_s"] >= 0
+    for needle in ("kernel:", "factors:", "gemm:", "skinny_k", "skinny_mn", "batched_small", "bandwidth:",
                    "strided read", "transpose copy", "strided write", "peak:", "loop:",
                    "functions:", "region:", "launch:", "library:", "cores:"):
         assert needle in r.stdout, needle
@@ -174,4 +178,6 @@ def test_calibrate_prints_every_term(tmp_path, monkeypatch):
     spec = cal.load_cpu_spec()
     assert spec.access.strided_read == rec["access"]["strided_read"] >= 1.0
     assert spec.region_s == rec["region_s"] and spec.functions.exp == rec["functions"]["exp"]
+    assert spec.kernel_flops == rec["kernel_flops"]
+    assert spec.kernel.stream_cached == rec["kernel"]["stream_cached"] > 0
     assert set(rec["gemm_shapes"]) == set(host_probes.GEMM_SHAPES)

@@ -1,0 +1,84 @@
+"""Fitting the generated kernel's terms (:class:`~costmodel.devices.KernelCosts` and its rate)
+to measurements of random legal configurations.  Pure: NumPy arithmetic, no I/O.
+
+The model's time for a configuration (``kernel_cost.plain_kernel_s``) is a roofline at the
+kernel's rate plus barriers, times one factor per parameter choice that applies.  In logs the
+factors are linear: ``ln(measured / neutral) = c0 + sum(c_i * flag_i)``, where ``neutral`` is the
+model's time with every factor at 1; least squares gives the c_i (the factors are ``exp(c_i)``)
+and c0 (the kernel's rate is the assumed one over ``exp(c0)``).  The barrier cost enters the
+roofline additively, so it is chosen from a grid by the fit's residual.  A choice the samples
+never make (or always make) cannot be told apart from the rate and keeps its factor at 1.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
+
+from search_spaces.kernel import KernelParams
+
+from .devices import DeviceSpec, KernelCosts
+from .kernel_cost import kernel_flags, plain_kernel_s
+
+FACTORS = tuple(f.name for f in fields(KernelCosts) if f.name != "barrier_s")
+BARRIER_GRID_S = (0.0, 0.5e-6, 1e-6, 2e-6, 4e-6, 8e-6, 16e-6, 32e-6, 64e-6)
+# a factor outside this range says more about a few noisy samples than about the machine
+FACTOR_RANGE = (0.5, 4.0)
+
+
+@dataclass(frozen=True)
+class KernelSample:
+    """One measured configuration: ``shape`` is (batch, m, n, k) of a row-major product."""
+    shape: tuple[int, int, int, int]
+    params: KernelParams
+    seconds: float
+
+
+@dataclass(frozen=True)
+class KernelFit:
+    """The fitted rate and factors, with the fit's quality: the RMS of the log residual of the
+    model with the rate alone (no factor, no barrier cost) and with everything fitted."""
+    kernel_flops: float
+    costs: KernelCosts
+    rms_log_before: float
+    rms_log_after: float
+    samples: int
+
+
+def _flags(s: KernelSample, item: int, dev: DeviceSpec) -> dict[str, bool]:
+    b, m, n, k = s.shape
+    return kernel_flags(s.params, item, k, float(b * m * n * item), dev)
+
+
+def fit_kernel_costs(samples: list[KernelSample], dev: DeviceSpec, item: int = 4) -> KernelFit:
+    """The kernel terms that best explain ``samples`` (measured on ``dev``'s machine; ``dev``
+    supplies the rest of the model: bandwidth, launch costs, cores, cache size)."""
+    if not samples:
+        raise ValueError("no kernel samples to fit")
+    rate0 = dev.kernel_flops or dev.gemm_flops
+    flags = [_flags(s, item, dev) for s in samples]
+    used = [f for f in FACTORS if 0 < sum(fl[f] for fl in flags) < len(samples)]
+    x = np.array([[1.0] + [float(fl[f]) for f in used] for fl in flags])
+    measured = np.log([max(s.seconds, 1e-12) for s in samples])
+    best = None
+    for barrier in BARRIER_GRID_S:
+        d0 = replace(dev, kernel_flops=rate0, kernel=KernelCosts(barrier_s=barrier))
+        y = measured - np.log([plain_kernel_s(*s.shape, s.params, item, d0) for s in samples])
+        coef = np.linalg.lstsq(x, y, rcond=None)[0]
+        rss = float(np.sum((y - x @ coef) ** 2))
+        if best is None or rss < best[0]:
+            best = (rss, barrier, coef, y)
+    rss, barrier, coef, _ = best
+    lo, hi = FACTOR_RANGE
+    factors = {f: min(hi, max(lo, math.exp(c))) for f, c in zip(used, coef[1:])}
+    costs = KernelCosts(barrier_s=barrier, **factors)
+    rate = rate0 / math.exp(coef[0])
+    fitted = replace(dev, kernel_flops=rate, kernel=costs)
+    after = measured - np.log([plain_kernel_s(*s.shape, s.params, item, fitted)
+                               for s in samples])
+    d0 = replace(dev, kernel_flops=rate0, kernel=KernelCosts())
+    y0 = measured - np.log([plain_kernel_s(*s.shape, s.params, item, d0) for s in samples])
+    before = y0 - np.mean(y0)
+    return KernelFit(rate, costs, float(np.sqrt(np.mean(before ** 2))),
+                     float(np.sqrt(np.mean(after ** 2))), len(samples))

@@ -1,0 +1,101 @@
+"""The generated kernel's cost terms: which parameter choices the model prices (occupancy,
+barriers, the calibrated factors), and the calibration's fit, which must recover factors it is
+given (synthetic times made by the model itself, with noise) and leave a factor the samples
+cannot tell apart at 1."""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import replace
+
+import pytest
+
+from autotune.backends.cpu.kernel_probe import random_params
+from costmodel.devices import CPU_DEFAULT, KernelCosts
+from costmodel.kernel_cost import kernel_compute_s, kernel_flags, kernel_threads, plain_kernel_s
+from costmodel.kernel_fit import KernelSample, fit_kernel_costs
+from search_spaces.kernel import KernelBounds, KernelParams
+
+BOUNDS = KernelBounds(vec_bytes=(64, 32, 16), registers=32, cores=2)
+SHAPES = ((1, 512, 1024, 256), (8, 256, 256, 32), (1, 4096, 512, 128))
+
+
+def params(**kw) -> KernelParams:
+    base = dict(mr=6, nr=64, mc=192, kc=256, nc=8192, vec_bytes=64)
+    return KernelParams(**{**base, **kw})
+
+
+def test_the_flags_of_a_configuration():
+    dev = CPU_DEFAULT
+    p = params(mr=4, nr=16, pack_a=False, stream=True, outer="a")
+    on = kernel_flags(p, 4, 128, 1e6, dev)
+    assert on == {"stream_cached": True, "unpacked_a": True, "unpacked_b": False,
+                  "short_tile": True, "one_vector": True, "outer_a": True}
+    # streaming pays off (no factor) when C outgrows the cache or takes more than one K slice
+    assert not kernel_flags(p, 4, 128, 10 * dev.cache_bytes, dev)["stream_cached"]
+    assert not kernel_flags(p, 4, 512, 1e6, dev)["stream_cached"]
+    assert kernel_flags(None, 4, 128, 1e6, dev) == {}
+
+
+def test_threads_split_items_or_rows():
+    dev = replace(CPU_DEFAULT, parallel_units=4)
+    # 6 items on 4 cores: two waves, the second half idle
+    assert kernel_threads(6, 64, 64, 32, params(split="batch"), dev) == (0.75, 0)
+    # split m: one barrier after B's packing and one after the row blocks, per block and item
+    occ, barriers = kernel_threads(3, 4096, 1024, 512, params(nc=512, kc=256), dev)
+    assert occ == 1.0 and barriers == 3 * 2 * 2 * 2
+    assert kernel_threads(3, 4096, 1024, 512, params(nc=512, kc=256, pack_b=False),
+                          dev)[1] == 3 * 2 * 2
+    # fewer rows than threads x the register tile: some threads idle
+    assert kernel_threads(1, 6, 64, 32, params(), dev)[0] == 0.25
+    # one item cannot be split by batch: it falls back to rows
+    assert kernel_threads(1, 4096, 64, 32, params(split="batch"), dev)[1] == 2
+
+
+def test_factors_and_barriers_move_the_time():
+    neutral = replace(CPU_DEFAULT, kernel=KernelCosts(barrier_s=10e-6))
+    dev = replace(neutral, kernel=KernelCosts(short_tile=1.5, barrier_s=10e-6))
+    short = params(mr=4)
+    barriers = kernel_threads(1, 4096, 512, 128, short, dev)[1] * 10e-6
+    assert barriers == 20e-6
+    plain = kernel_compute_s(1, 4096, 512, 128, short, 4, 8e6, neutral)
+    # the factor scales the arithmetic, not the barriers
+    assert kernel_compute_s(1, 4096, 512, 128, short, 4, 8e6, dev) == \
+        pytest.approx(1.5 * (plain - barriers) + barriers)
+    # a configuration no factor applies to is priced the same on both
+    assert kernel_compute_s(1, 4096, 512, 128, params(), 4, 8e6, dev) == \
+        kernel_compute_s(1, 4096, 512, 128, params(), 4, 8e6, neutral)
+
+
+def synthetic(costs: KernelCosts, rate: float, noise: float, seed: int) -> list[KernelSample]:
+    dev = replace(CPU_DEFAULT, kernel_flops=rate, kernel=costs)
+    r = random.Random(seed)
+    out = []
+    for i, shape in enumerate(SHAPES):
+        for p in random_params(BOUNDS, shape[0], 30, seed + i):
+            t = plain_kernel_s(*shape, p, 4, dev) * math.exp(r.gauss(0.0, noise))
+            out.append(KernelSample(shape, p, t))
+    return out
+
+
+def test_the_fit_recovers_the_factors_it_is_given():
+    truth = KernelCosts(stream_cached=1.6, unpacked_a=1.0, unpacked_b=1.2, short_tile=1.3,
+                        one_vector=1.1, outer_a=0.9, barrier_s=16e-6)
+    fit = fit_kernel_costs(synthetic(truth, 150e9, 0.03, 0), CPU_DEFAULT)
+    assert fit.kernel_flops == pytest.approx(150e9, rel=0.05)
+    for name in ("stream_cached", "unpacked_a", "unpacked_b", "short_tile", "one_vector",
+                 "outer_a"):
+        assert getattr(fit.costs, name) == pytest.approx(getattr(truth, name), rel=0.06), name
+    assert fit.costs.barrier_s == pytest.approx(16e-6, rel=0.5)
+    assert fit.rms_log_after < fit.rms_log_before
+    assert fit.rms_log_after < 0.06
+
+
+def test_a_choice_the_samples_never_vary_keeps_factor_one():
+    samples = [s for s in synthetic(KernelCosts(short_tile=2.0), 150e9, 0.0, 1)
+               if s.params.pack_a]
+    fit = fit_kernel_costs(samples, CPU_DEFAULT)
+    assert fit.costs.unpacked_a == 1.0
+    assert fit.costs.short_tile == pytest.approx(2.0, rel=0.02)
+    with pytest.raises(ValueError, match="no kernel samples"):
+        fit_kernel_costs([], CPU_DEFAULT)
