@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -105,6 +106,21 @@ def compile_source(src: str, cache_dir: Path, cc: str = "cc") -> Path:
     return lib
 
 
+def compile_all(srcs: list[str], cache_dir: Path, jobs: int | None = None) -> list[Path]:
+    """:func:`compile_source` of each source, one compiler per core at a time: a plan's groups
+    are separate translation units, and a candidate with generated kernels spent 4-5 s of its
+    trial compiling them one after the other at N=702 (seven kernels of 0.5-1 s each, 2 cores;
+    the worker compiles before it times anything, so the cores are free)."""
+    todo = list(dict.fromkeys(srcs))
+    jobs = jobs or len(os.sched_getaffinity(0))
+    if len(todo) <= 1 or jobs <= 1:
+        done = {src: compile_source(src, cache_dir) for src in todo}
+    else:
+        with ThreadPoolExecutor(min(jobs, len(todo))) as ex:
+            done = dict(zip(todo, ex.map(lambda src: compile_source(src, cache_dir), todo)))
+    return [done[src] for src in srcs]
+
+
 @functools.lru_cache(maxsize=64)
 def load_gemm_kernel(spec: KernelSpec, cache_dir: str) -> GemmKernel:
     """The generated contraction kernel for ``spec``, compiled (cached on disk by its source)
@@ -146,13 +162,15 @@ class CompiledPlan:
         units = generate_units(w, cand)
         self.source = generate(w, cand)[0]
         # one library per group: a neighbouring candidate recompiles only the groups it changes
-        self.libs = {k.anchor: ctypes.CDLL(str(compile_source(src, cache_dir)))
-                     for src, k in units}
+        specs = {s.anchor: kernel_spec(w, cand, s.anchor) for s in cand.schedules
+                 if s.impl == IMPL_KERNEL}
+        libs = compile_all([src for src, _ in units]
+                           + [kernel_source(spec) for spec in specs.values()], cache_dir)
+        self.libs = {k.anchor: ctypes.CDLL(str(lib)) for (_, k), lib in zip(units, libs)}
         self.kernels = {k.anchor: k for _, k in units}
-        self.kernel_groups = {
-            s.anchor: KernelGroup(w, cand, s.anchor, load_gemm_kernel(
-                kernel_spec(w, cand, s.anchor), str(cache_dir)))
-            for s in cand.schedules if s.impl == IMPL_KERNEL}
+        # (load_gemm_kernel finds each kernel compiled: compile_source's cache on disk)
+        self.kernel_groups = {a: KernelGroup(w, cand, a, load_gemm_kernel(spec, str(cache_dir)))
+                              for a, spec in specs.items()}
         self.groups = groups(w, cand.fused_pairs)
         mats = materialized(w, cand.fused_pairs)
         self.storage: dict[str, np.ndarray] = {}
