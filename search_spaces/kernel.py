@@ -152,6 +152,25 @@ def kernel_options(bounds: KernelBounds, itemsize: int, batch: int) -> KernelOpt
                          OUTERS, d)
 
 
+def question_options(o: KernelOptions) -> dict[str, list]:
+    """The choices of :func:`chosen_params`'s questions, by name, in the order it asks them
+    (``tile``: an index into ``o.tiles``)."""
+    return {"tile": list(range(len(o.tiles))), "mc": list(o.mc), "kc": list(o.kc),
+            "nc": list(o.nc), "pack_a": [1, 0], "pack_b": [1, 0], "split": list(o.splits),
+            "outer": list(o.outers), "stream": [0, 1]}
+
+
+def chosen_params(o: KernelOptions, choose, itemsize: int) -> KernelParams:
+    """The legal configuration ``choose(name, choices)`` picks among ``o`` (question by
+    question, :func:`question_options`), at ``o``'s default vector width."""
+    ask = {name: choose(name, vals) for name, vals in question_options(o).items()}
+    mr, nr = o.tiles[int(ask["tile"])]
+    p = KernelParams(mr, nr, int(ask["mc"]), int(ask["kc"]), int(ask["nc"]),
+                     bool(ask["pack_a"]), bool(ask["pack_b"]), str(ask["split"]),
+                     o.default.vec_bytes, str(ask["outer"]), bool(ask["stream"]))
+    return legalize(p, itemsize)
+
+
 def legalize(p: KernelParams, itemsize: int) -> KernelParams:
     """``p`` with its blocks rounded to its register tile (mc a multiple of mr, nc of nr) and nr
     a multiple of the vector's lanes: any combination of answers yields a kernel that runs."""

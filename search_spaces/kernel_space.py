@@ -17,7 +17,8 @@ from typing import Callable, Sequence
 from .candidate import IMPL_KERNEL, Candidate, GroupSchedule
 from .kernel_fusion import epilogue_of, prologue_of
 from .gemm import gemm_form
-from .kernel import KernelBounds, KernelParams, kernel_options, legalize
+from .kernel import (KernelBounds, KernelParams, chosen_params, kernel_options,
+                     question_options)
 from .workload import Workload
 
 Choose = Callable[[str, Sequence], object]
@@ -27,33 +28,28 @@ def _itemsize(w: Workload) -> int:
     return 4 if w.dtype == "float32" else 8
 
 
-def kernel_question_options(bounds: KernelBounds, w: Workload, contraction: str
-                            ) -> dict[str, list]:
-    """The options of every ``kernel:<contraction>:<name>`` question, by name, in the order
-    :func:`kernel_params` asks them."""
+def _options(bounds: KernelBounds, w: Workload, contraction: str):
     op = w.op(contraction)
     ext = dict(zip(op.domain, op.extents))
     batch = 1
     for i in gemm_form(op).batch:
         batch *= ext[i]
-    o = kernel_options(bounds, _itemsize(w), batch)
-    return {"tile": list(range(len(o.tiles))), "mc": list(o.mc), "kc": list(o.kc),
-            "nc": list(o.nc), "pack_a": [1, 0], "pack_b": [1, 0], "split": list(o.splits),
-            "outer": list(o.outers), "stream": [0, 1]}
+    return kernel_options(bounds, _itemsize(w), batch)
+
+
+def kernel_question_options(bounds: KernelBounds, w: Workload, contraction: str
+                            ) -> dict[str, list]:
+    """The options of every ``kernel:<contraction>:<name>`` question, by name, in the order
+    :func:`kernel_params` asks them."""
+    return question_options(_options(bounds, w, contraction))
 
 
 def kernel_params(bounds: KernelBounds, w: Workload, contraction: str,
                   choose: Choose) -> KernelParams:
     """The kernel's parameters for ``contraction``, each asked through ``choose``."""
-    item = _itemsize(w)
-    o = kernel_options(bounds, item, 1)
-    opts = kernel_question_options(bounds, w, contraction)
-    ask = {name: choose(f"kernel:{contraction}:{name}", vals) for name, vals in opts.items()}
-    mr, nr = o.tiles[int(ask["tile"])]
-    p = KernelParams(mr, nr, int(ask["mc"]), int(ask["kc"]), int(ask["nc"]),
-                     bool(ask["pack_a"]), bool(ask["pack_b"]), str(ask["split"]),
-                     o.default.vec_bytes, str(ask["outer"]), bool(ask["stream"]))
-    return legalize(p, item)
+    return chosen_params(_options(bounds, w, contraction),
+                         lambda name, vals: choose(f"kernel:{contraction}:{name}", vals),
+                         _itemsize(w))
 
 
 def kernel_answer(k: KernelParams | None, what: str, bounds: KernelBounds, w: Workload,

@@ -17,7 +17,7 @@ import numpy as np
 
 from costmodel.devices import DeviceSpec
 from costmodel.kernel_fit import KernelSample, fit_kernel_costs
-from search_spaces.kernel import KernelBounds, KernelParams, kernel_options, legalize
+from search_spaces.kernel import KernelBounds, KernelParams, chosen_params, kernel_options
 
 from autotune.backends.cpu.probes import best_times
 
@@ -29,17 +29,12 @@ TOLERANCE = 1e-4          # float32 products of K <= 256 unit normals, relative 
 
 def random_params(bounds: KernelBounds, batch: int, count: int, seed: int,
                   item: int = 4) -> list[KernelParams]:
-    """The default configuration and ``count`` random legal ones, as the search space offers
-    them (``search_spaces.kernel_space``)."""
+    """The default configuration and ``count`` random legal ones, drawn among the choices the
+    search space offers (``search_spaces.kernel.chosen_params``)."""
     o = kernel_options(bounds, item, batch)
     r = random.Random(seed)
-    out = [o.default]
-    for _ in range(count):
-        mr, nr = r.choice(o.tiles)
-        out.append(legalize(KernelParams(
-            mr, nr, r.choice(o.mc), r.choice(o.kc), r.choice(o.nc), r.random() < 0.5,
-            r.random() < 0.5, r.choice(o.splits), o.default.vec_bytes, r.choice(o.outers),
-            r.random() < 0.5), item))
+    out = [o.default] + [chosen_params(o, lambda _, vals: r.choice(vals), item)
+                         for _ in range(count)]
     return list(dict.fromkeys(out))
 
 
