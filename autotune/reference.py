@@ -131,7 +131,9 @@ def _sum_of_products(op: Op, env, window) -> np.ndarray:
     arr = arr.transpose([idx.index(i) for i in full if i in idx])
     shape = [_win_extent(op, i, window) if i in idx else 1 for i in full]
     arr = arr.reshape(shape)
-    return np.broadcast_to(arr * const, [_win_extent(op, i, window) for i in full])
+    if const != 1.0:      # a 500 MB multiply by one costs a pass and fresh pages
+        arr = arr * const
+    return np.broadcast_to(arr, [_win_extent(op, i, window) for i in full])
 
 
 def _win_extent(op: Op, i: str, window) -> int:
@@ -156,12 +158,20 @@ def evaluate_op(op: Op, env: dict[str, np.ndarray]) -> np.ndarray:
     per_row = op.iterations // max(op.extent(op.parallel[0]), 1) if op.parallel else op.iterations
     rows = op.extent(op.parallel[0]) if op.parallel else 1
     step = rows if use_products else max(1, min(rows, CHUNK_ELEMS // max(per_row, 1)))
-    out = np.empty(op.out_shape, dtype=np.float64)
     whole = {i: slice(0, op.extent(i)) for i in op.domain}
+    if use_products:
+        # one window: the contraction's result is the output (no copy into fresh pages when
+        # it already has the output's layout; asarray copies when it has not)
+        res = np.asarray(_sum_of_products(op, env, whole).reshape(op.out_shape),
+                         dtype=np.float64, order="C")
+        if any(np.may_share_memory(res, env[t]) for t in op.inputs()):
+            res = res.copy()       # a lone factor summed over nothing: never alias an input
+        return res
+    out = np.empty(op.out_shape, dtype=np.float64)
     for start in range(0, rows, step):
         window = whole | ({op.parallel[0]: slice(start, min(start + step, rows))}
                           if op.parallel else {})
-        part = _sum_of_products(op, env, window) if use_products else _dense(op, env, window)
+        part = _dense(op, env, window)
         if op.parallel:
             out[start:start + step] = part
         else:

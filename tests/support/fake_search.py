@@ -2,11 +2,13 @@
 and small readers of the trial rows a search leaves in the plan database."""
 from __future__ import annotations
 
+from costmodel import estimate
 from costmodel.devices import CPU_DEFAULT
 from db.keys import SCHEMA_VERSION, PlanKey, canonical_json
 from db.records import BestPlan, StoredTrial
 from db.store import PlanDB
 from search_spaces.candidate import Candidate
+from search_spaces.plans import named_plan
 from search_spaces.space import SPACE_VERSION
 
 from autotune.backends.fake import FakeBackend
@@ -22,6 +24,11 @@ REUSED = "same candidate as an earlier trial"
 # are tested in test_confirm.py): each search takes a few tens of milliseconds
 CHEAP = SearchConfig(budget=10, sampler="random", model_pool=10, model_seeds=2, climb_rounds=0,
                      local_every=10 ** 6, confirm_rounds=0)
+
+
+def named_in_order(w, space) -> list[str]:
+    """The named plans in the order a search measures them: fastest predicted first."""
+    return sorted(NAMED, key=lambda n: estimate(w, named_plan(space, n), DEV).total_s)
 
 
 def fake_key(w) -> PlanKey:
