@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
 # Version of the database layout (tables and columns).  Bump it together with a new
 # entry in db.schema.MIGRATIONS.  2: trials.times_json and trials.rel_err.  3: trials.corrected_s.
-SCHEMA_VERSION = 3
+# 4: trials.group_times_json.
+SCHEMA_VERSION = 4
 
 
 

@@ -63,7 +63,8 @@ class TrialOutcome:
     None when not from a sampler); ``times`` every timed run in seconds; ``rel_err`` the worst
     relative error against the reference (a wrong result's says how wrong); ``corrected_s``
     the prediction of the learned correction (:mod:`costmodel.correction`) beside the
-    analytic ``predicted_s``.
+    analytic ``predicted_s``; ``groups`` each fused group's median seconds by its anchor
+    (empty where the backend does not time groups), what the correction is fitted on.
     """
     candidate: Candidate
     status: Status
@@ -75,15 +76,24 @@ class TrialOutcome:
     times: tuple[float, ...] = ()
     rel_err: float | None = None
     corrected_s: float | None = None
+    groups: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self):
         # a bare "ok" (an older caller, a backend's text) becomes its member; anything else
         # raises here rather than reaching the database
         object.__setattr__(self, "status", Status(self.status))
         object.__setattr__(self, "times", tuple(float(t) for t in self.times or ()))
+        object.__setattr__(self, "groups", _group_pairs(self.groups))
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "candidate": self.candidate.to_dict(), "times": list(self.times)}
+        return {**asdict(self), "candidate": self.candidate.to_dict(), "times": list(self.times),
+                "groups": dict(self.groups)}
+
+
+def _group_pairs(groups) -> tuple[tuple[str, float], ...]:
+    """(anchor, seconds) pairs from pairs or a dict (as JSON stores them)."""
+    items = groups.items() if isinstance(groups, Mapping) else (groups or ())
+    return tuple((str(a), float(s)) for a, s in items)
 
 
 def _candidate_name(candidate) -> str:
@@ -114,6 +124,7 @@ class StoredTrial:
     rel_err: float | None
     created: str
     corrected_s: float | None = None      # None for trials of schema 1 and 2
+    groups: tuple[tuple[str, float], ...] = ()   # empty for trials of schema 1 to 3
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "StoredTrial":
@@ -124,7 +135,8 @@ class StoredTrial:
                    error=row["error"], params=_loads(row["params_json"], {}),
                    options=_loads(row["options_json"], {}),
                    times=tuple(_loads(row["times_json"], ())), rel_err=row["rel_err"],
-                   created=row["created"], corrected_s=row.get("corrected_s"))
+                   created=row["created"], corrected_s=row.get("corrected_s"),
+                   groups=_group_pairs(_loads(row.get("group_times_json"), {})))
 
     @property
     def name(self) -> str:

@@ -148,10 +148,23 @@ def _to_v3(db: Database) -> None:
     rekey(db, 3)
 
 
+def _to_v4(db: Database) -> None:
+    """Each fused group's median seconds of a measured trial (``group_times_json``, an
+    object anchor -> seconds): the learned correction is fitted group by group.
+
+    Nullable: older trials, pruned and failed ones, and those of backends that do not time
+    their groups have none.  What a stored measurement means is unchanged: rows are
+    re-keyed, cached plans stay.
+    """
+    db["trials"].add_column("group_times_json", str)
+    rekey(db, 4)
+
+
 # version -> function bringing a database from version-1 to version.  Version 0 is an
 # empty file.  Add entries, never edit shipped ones; keep a fixture of the old schema
 # in the tests for each (tests/data/plans-schema1.sqlite, plans-schema2.sqlite).
-MIGRATIONS: dict[int, Callable[[Database], None]] = {1: _to_v1, 2: _to_v2, 3: _to_v3}
+MIGRATIONS: dict[int, Callable[[Database], None]] = {1: _to_v1, 2: _to_v2, 3: _to_v3,
+                                                    4: _to_v4}
 
 
 def stored_version(conn: sqlite3.Connection) -> int | None:

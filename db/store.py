@@ -153,6 +153,7 @@ class PlanDB:
                "times_json": json.dumps(list(o.times)) if o.times else None,
                "rel_err": None if o.rel_err is None else float(o.rel_err),
                "corrected_s": None if o.corrected_s is None else float(o.corrected_s),
+               "group_times_json": json.dumps(dict(o.groups)) if o.groups else None,
                "created": created or _now()}
         names = ", ".join(row)
         cur = self.db.conn.execute(

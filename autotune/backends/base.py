@@ -39,6 +39,8 @@ class Measurement:
     rel_err: float | None = None   # worst relative L2 error over the outputs
     error: str = ""
     loaded_runs: int = 0           # runs taken while other processes kept the machine busy
+    # (group anchor, median seconds) of each group, where the plan times its groups
+    groups: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         # a bare "ok"/"failed" (a plan of a test, say) becomes its member; anything else is a bug
@@ -47,6 +49,7 @@ class Measurement:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["times"] = list(self.times)
+        d["groups"] = [list(g) for g in self.groups]
         return d
 
 
@@ -115,6 +118,17 @@ def timed_runs(first: Callable[[], float | None], run: Callable[[], float], warm
         if cutoff.out_of_contention(trusted):
             break
     return trusted or loaded
+
+
+def group_medians(anchors: Sequence[str], runs: Sequence[tuple[float, Sequence[float]]],
+                  trusted: Sequence[float]) -> dict[str, float]:
+    """Each group's median seconds over the trusted runs: ``runs`` holds every run's
+    (seconds, seconds of each group in ``anchors`` order), ``trusted`` the seconds
+    :func:`timed_runs` kept (a run under load is left out of its groups' times too)."""
+    kept = [g for s, g in runs if s in trusted and len(g) == len(anchors)]
+    if not kept:
+        return {}
+    return {a: float(np.median([g[i] for g in kept])) for i, a in enumerate(anchors)}
 
 
 @dataclass(frozen=True)
@@ -216,6 +230,12 @@ class Plan(Protocol):
         ``cutoff`` says it cannot be the best.  How runs are timed (host clock or device
         events, whether the first run counts) is the plan's to say.
         """
+        ...
+
+    def group_seconds(self) -> dict[str, float]:
+        """Each group's median seconds over the trusted runs of the last :meth:`timed_call`,
+        by the group's anchor; empty where the plan does not time its groups.  What the
+        learned correction is fitted on, group by group."""
         ...
 
     def release(self) -> None:

@@ -20,6 +20,7 @@ import numpy as np
 
 from costmodel import estimate
 from costmodel.devices import DeviceSpec
+from costmodel.estimate import CostEstimate
 from db.records import Status
 from search_spaces.candidate import Candidate
 from search_spaces.workload import Workload
@@ -78,17 +79,25 @@ class FakeBackend:
         self.results: list[Measurement] = []
         self.confirms: list[tuple[tuple[Candidate, ...], int]] = []
         self.closed = False
-        self._predicted: dict[str, float] = {}
+        self._predicted: dict[str, CostEstimate] = {}
 
     def run_time(self, cand: Candidate, run: int) -> float:
         """Seconds of run number ``run`` (0: the checked one) of ``cand`` (``busy_factor``
         times longer when the script says the machine was busy)."""
-        if cand.key not in self._predicted:
-            self._predicted[cand.key] = estimate(self.w, cand, self.dev).total_s
         seq = np.random.SeedSequence([self.seed, int(cand.key, 16), run])
         noise = float(np.random.default_rng(seq).lognormal(0.0, self.sigma))
         load = self.busy_factor if self.busy(cand, run) else 1.0
-        return self._predicted[cand.key] * noise * load
+        return self._estimate(cand).total_s * noise * load
+
+    def _estimate(self, cand: Candidate):
+        if cand.key not in self._predicted:
+            self._predicted[cand.key] = estimate(self.w, cand, self.dev)
+        return self._predicted[cand.key]
+
+    def group_times(self, cand: Candidate, seconds: float) -> tuple[tuple[str, float], ...]:
+        """Each group's seconds of a run of ``seconds``: the model's shares of it."""
+        est = self._estimate(cand)
+        return tuple((g.anchor, g.predicted_s * seconds / est.total_s) for g in est.groups)
 
     def _timed(self, cand: Candidate, runs, spent: list[float], cutoff_of, repeats: int,
                warmup: int = 0) -> tuple[list[float], int]:
@@ -126,8 +135,9 @@ class FakeBackend:
                                     s.repeats, s.warmup)
         if sum(spent) > timeout_s:       # warm-up runs count against the limit too
             return Measurement(Status.FAILED, error=timeout_message(timeout_s))
-        return Measurement(Status.OK, statistics.median(times), tuple(times), 0.0,
-                           loaded_runs=loaded)
+        median = statistics.median(times)
+        return Measurement(Status.OK, median, tuple(times), 0.0, loaded_runs=loaded,
+                           groups=self.group_times(cand, median))
 
     def confirm(self, cands: Sequence[Candidate], rounds: int, timeout_s: float
                 ) -> list[Measurement]:

@@ -218,7 +218,7 @@ def _run(w: Workload, plan: Plan, inputs: Arrays, ref: Arrays, settings: Measure
     if msg:
         return Measurement(Status.FAILED, rel_err=err, error=msg, loaded_runs=watch.loaded)
     return Measurement(Status.OK, statistics.median(times), tuple(times), err,
-                       loaded_runs=watch.loaded)
+                       loaded_runs=watch.loaded, groups=tuple(plan.group_seconds().items()))
 
 
 def plan_factory(spec: WorkerSpec, make_plan_path: str | None) -> PlanFactory:

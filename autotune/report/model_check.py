@@ -14,7 +14,9 @@ from the later ones and left out of the figures (listed with its error).
 The corrected predictions are cross-fitted: the candidates are dealt to ``folds`` folds, and
 each fold is predicted by a correction fitted on the other folds plus the plan database's
 measured trials of this device (those of the checked candidates left out), so no candidate is
-scored by a fit that saw it.  The figures (:mod:`costmodel.ranking`): Spearman's rho, Kendall's
+scored by a fit that saw it.  The correction is the one a search uses: group by group
+(:mod:`costmodel.group_correction`) when the backend timed every scored candidate's groups
+(the CPU backend does), on the totals (:mod:`costmodel.correction`) otherwise.  The figures (:mod:`costmodel.ranking`): Spearman's rho, Kendall's
 tau, the median absolute log error and the top-1 regret, each for the analytic and the
 corrected predictions.  The measurements are stored in the plan database as trials of the
 study ``model-check`` (their median, every round's time, both predictions), so later fits and
@@ -30,6 +32,9 @@ from typing import Callable
 import numpy as np
 
 from costmodel.correction import Sample, cross_predict, fit
+from costmodel.group_correction import CandidateObs, GroupObs
+from costmodel.group_correction import cross_predict as group_cross_predict
+from costmodel.group_correction import fit as group_fit
 from costmodel.ranking import kendall_tau, median_abs_log_error, spearman_rho, top1_regret
 from db.keys import PlanKey
 from db.records import Status, TrialOutcome
@@ -123,11 +128,13 @@ def choose(w: Workload, space: SearchSpace, predict: Callable[[Candidate], float
 
 
 def measure_rounds(backend, cands: list[Candidate], rounds: int, seed: int, floor_s: float,
-                   log: Callable[[str], None]) -> dict[str, tuple[Status, list[float], str]]:
+                   log: Callable[[str], None]
+                   ) -> dict[str, tuple[Status, list[float], str, list[dict]]]:
     """Every candidate once per round, the named plans first in round one and the rest
-    shuffled; a failure drops a candidate from later rounds.  key -> (status, times, error)."""
+    shuffled; a failure drops a candidate from later rounds.  key -> (status, times, error,
+    each round's group seconds by anchor, where the backend times groups)."""
     rng = np.random.default_rng(seed + 1)
-    state = {c.key: (Status.OK, [], "") for c in cands}
+    state = {c.key: (Status.OK, [], "", []) for c in cands}
     best = None
     for r in range(rounds):
         order = list(cands)
@@ -138,40 +145,63 @@ def measure_rounds(backend, cands: list[Candidate], rounds: int, seed: int, floo
         else:
             order = [order[i] for i in rng.permutation(len(order))]
         for i, c in enumerate(order):
-            status, times, _ = state[c.key]
+            status, times, _, groups = state[c.key]
             if status != Status.OK:
                 continue
             limit = max(floor_s, TIMEOUT_FACTOR * (best or 0)) * 3 + floor_s
             m = backend.measure(c, limit, None)
             label = c.name or c.key[:12]
             if m.status != Status.OK:
-                state[c.key] = (Status.FAILED, times, m.error)
+                state[c.key] = (Status.FAILED, times, m.error, groups)
                 log(f"round {r + 1}/{rounds} {i + 1}/{len(order)} {label}: failed: {m.error}")
                 continue
             times.append(m.median_s)
+            if m.groups:
+                groups.append(dict(m.groups))
             best = m.median_s if best is None else min(best, m.median_s)
             log(f"round {r + 1}/{rounds} {i + 1}/{len(order)} {label}: {m.median_s:.4g} s")
     return state
 
 
-def score(w: Workload, cands, predicted: dict, state: dict, extra: list[Sample],
-          features_of: Callable, folds: int, seed: int):
-    """(points, figures, fold corrections, the correction fitted on everything)."""
+def group_medians(rounds: list[dict]) -> dict[str, float]:
+    """Each group's median seconds over the rounds that timed it."""
+    anchors = {a for r in rounds for a in r}
+    return {a: float(np.median([r[a] for r in rounds if a in r])) for a in sorted(anchors)}
+
+
+def score(w: Workload, cands, predicted: dict, state: dict, learner: Learner, folds: int,
+          seed: int):
+    """(points, figures, fold corrections, the correction fitted on everything).  Group by
+    group (:mod:`costmodel.group_correction`) when the backend timed every scored
+    candidate's groups, as a search would; on the totals otherwise."""
     ok = [c for c in cands if state[c.key][0] == Status.OK and state[c.key][1]]
-    samples = [Sample(features_of(c), predicted[c.key], float(np.median(state[c.key][1])),
-                      1.0, w.hash) for c in ok]
-    corrected, fitted = cross_predict(samples, extra, folds, seed)
-    by_key = {c.key: (s, q) for c, s, q in zip(ok, samples, corrected)}
+    measured = {c.key: float(np.median(state[c.key][1])) for c in ok}
+    exclude = frozenset((w.hash, c.key) for c in cands)
+    samples = [Sample(learner.features(c), predicted[c.key], measured[c.key], 1.0, w.hash)
+               for c in ok]
+    obs = [CandidateObs(c.key, w.hash, predicted[c.key], measured[c.key], tuple(
+        GroupObs(g.signature, g.features, g.analytic_s, group_medians(state[c.key][3]).get(a))
+        for a, g in learner.group_obs(c))) for c in ok]
+    if ok and all(o.timed for o in obs):
+        extra = learner.candidates(exclude)
+        corrected, fitted = group_cross_predict(obs, extra, folds, seed)
+        overall = group_fit(obs + extra)
+    else:
+        extra = learner.samples(exclude)
+        corrected, fitted = cross_predict(samples, extra, folds, seed)
+        overall = fit(samples + extra)
+    by_key = {c.key: q for c, q in zip(ok, corrected)}
     points = []
     for c in cands:
-        status, times, error = state[c.key]
-        s, q = by_key.get(c.key, (None, None))
-        points.append(CheckedCandidate(c.name, c.key, status if s else Status.FAILED,
-                                       predicted[c.key], q, s.measured_s if s else None,
-                                       tuple(times), error or ("" if s else "not measured")))
+        status, times, error, _ = state[c.key]
+        scored = c.key in by_key
+        points.append(CheckedCandidate(c.name, c.key, status if scored else Status.FAILED,
+                                       predicted[c.key], by_key.get(c.key),
+                                       measured.get(c.key), tuple(times),
+                                       error or ("" if scored else "not measured")))
     figs = figures([s.analytic_s for s in samples], corrected, [s.measured_s for s in samples])
     notes = tuple(f"{c.kind}: {c.reason}" for c in fitted)
-    return points, figs, notes, fit(samples + list(extra))
+    return points, figs, notes, overall, len(extra)
 
 
 def run_model_check(w: Workload, device: str = "cpu", db=None, samples: int = 40,
@@ -192,28 +222,30 @@ def run_model_check(w: Workload, device: str = "cpu", db=None, samples: int = 40
         learner.load(store, key.device_json)
         cands = choose(w, space, lambda c: learner.predict(c)[0].total_s, samples, seed, within)
         predicted = {c.key: learner.predict(c)[0].total_s for c in cands}
-        extra = learner.samples(exclude=frozenset((w.hash, c.key) for c in cands))
+        others = len(learner.samples(exclude=frozenset((w.hash, c.key) for c in cands)))
         say(f"{w.name}: {len(cands)} candidates ({len(cands) - len(FIRST)} random + "
-            f"{len(FIRST)} named), {rounds} rounds; {len(extra)} other measured candidates "
+            f"{len(FIRST)} named), {rounds} rounds; {others} other measured candidates "
             f"of this device in {store.path}")
         backend = kind.backend(w, seed, cache_root(store.path), MeasureSettings(repeats=1))
         try:
             state = measure_rounds(backend, cands, rounds, seed, kind.min_timeout_s, say)
         finally:
             backend.close()
-        points, figs, notes, overall = score(
-            w, cands, predicted, state, extra, learner.features, folds, seed)
+        points, figs, notes, overall, n_extra = score(
+            w, cands, predicted, state, learner, folds, seed)
         store.add_workload(w.hash, w.name, json.dumps(w.canonical(), sort_keys=True))
         for c, p in zip(cands, points):
             store.append_trial(key, STUDY, TrialOutcome(
                 candidate=c, status=p.status, predicted_s=p.predicted_s,
                 measured_s=p.measured_s, error=p.error or None, times=p.times,
-                corrected_s=p.corrected_s))
+                corrected_s=p.corrected_s,
+                groups=tuple(group_medians(state[c.key][3]).items())
+                if p.status == Status.OK else ()))
     finally:
         store.close()
     return ModelCheck(w.name, dict(w.dims), env.kind, env.name,
                       sum(p.status == Status.OK for p in points), len(cands), rounds,
-                      max(1, min(folds, len(points))), len(extra), figs, notes,
+                      max(1, min(folds, len(points))), n_extra, figs, notes,
                       overall.to_dict(), tuple(points))
 
 

@@ -1,6 +1,6 @@
 """The cost model's proposals to the search: its favourites before any measurement (coordinate
 descent from the named plans, plus random draws) and, during the search, the best-predicted
-unseen mutation of the best plan so far (local search).  Both rank by ``correct(estimate)``:
+unseen mutation of the best plan so far (local search).  Both rank by ``correct(candidate)``:
 the search's learned correction (:mod:`autotune.search.learning`), the analytic time without
 one."""
 from __future__ import annotations
@@ -10,7 +10,6 @@ from typing import Callable
 import numpy as np
 
 from costmodel import estimate
-from costmodel.estimate import CostEstimate
 from search_spaces.candidate import Candidate
 from search_spaces.plans import NAMED_PLANS, named_plan
 from search_spaces.space import params_of
@@ -18,18 +17,19 @@ from search_spaces.space import params_of
 from autotune.search.config import SearchConfig
 
 MODEL_MARGIN = 0.97   # a model favourite must beat the best named plan's prediction by 3 %
-Correct = Callable[[CostEstimate], float]
+Correct = Callable[[Candidate], float]      # a candidate's predicted seconds
 
 
-def _analytic(est: CostEstimate) -> float:
-    return est.total_s
+def _analytic(w, dev) -> Correct:
+    return lambda c: estimate(w, c, dev).total_s
 
 
 def model_favourites(w, space, dev, config: SearchConfig, seen: set[str],
-                     correct: Correct = _analytic) -> list[Candidate]:
+                     correct: Correct | None = None) -> list[Candidate]:
     """Candidates the cost model ranks fastest, found by coordinate descent in parameter
     space from the heuristic and unfused plans (one parameter changed at a time, best
     improvement kept), plus a few random draws for diversity."""
+    correct = correct or _analytic(w, dev)
     pool: dict[str, tuple[float, Candidate]] = {}
 
     def build(params: dict) -> tuple[Candidate, dict, dict]:
@@ -48,7 +48,7 @@ def model_favourites(w, space, dev, config: SearchConfig, seen: set[str],
 
     def score(c: Candidate) -> float:
         if c.key not in pool:
-            pool[c.key] = (correct(estimate(w, c, dev)), c)
+            pool[c.key] = (correct(c), c)
         return pool[c.key][0]
 
     for start in ("heuristic", "unfused"):
@@ -72,16 +72,17 @@ def model_favourites(w, space, dev, config: SearchConfig, seen: set[str],
     for _ in range(config.model_pool):
         score(space.random(rng))
     # only what the model clearly prefers to every named plan is worth a measurement up front
-    bar = MODEL_MARGIN * min(correct(estimate(w, named_plan(space, n), dev)) for n in NAMED_PLANS)
+    bar = MODEL_MARGIN * min(correct(named_plan(space, n)) for n in NAMED_PLANS)
     ranked = sorted((v for k, v in pool.items() if k not in seen and v[0] < bar),
                     key=lambda x: x[0])
     return [c for _, c in ranked[: config.model_seeds]]
 
 
 def neighbour(w, space, dev, params: dict, rng, seen: set[str], tries: int = 40,
-              correct: Correct = _analytic) -> dict | None:
+              correct: Correct | None = None) -> dict | None:
     """Params of the unseen one- or two-parameter mutation of ``params`` that the cost model
     ranks fastest (None if every mutation tried was seen before)."""
+    correct = correct or _analytic(w, dev)
     best = None
     for _ in range(tries):
         asked: dict = {}
@@ -100,7 +101,7 @@ def neighbour(w, space, dev, params: dict, rng, seen: set[str], tries: int = 40,
         cand = space.build(choose)
         if cand.key in seen:
             continue
-        pred = correct(estimate(w, cand, dev))
+        pred = correct(cand)
         if best is None or pred < best[0]:
             best = (pred, used)
     return best[1] if best else None

@@ -84,7 +84,7 @@ class SearchState:
     def neighbour(self, rng) -> dict | None:
         return neighbour(self.w, self.space, self.dev, self.incumbent, rng,
                          set(self.measured) | set(self.predicted),
-                         correct=self.learner.corrected)
+                         correct=self.learner.seconds)
 
     def prune_reason(self, pred: float, corrected: float) -> str | None:
         """Why a candidate predicted ``pred`` s (``corrected`` s with the learned correction)
@@ -94,8 +94,8 @@ class SearchState:
         factor = self.config.prune_factor
         if self.best_cand is None or self.best_pred is None:
             return None
-        if self.learner.correction.active:
-            best = self.learner.predict(self.best_cand)[1]
+        if self.learner.active:
+            best = self.learner.seconds(self.best_cand)
             if corrected > factor * best:
                 return (f"corrected prediction {corrected:.3g} s (analytic {pred:.3g} s) > "
                         f"{factor:g} x {best:.3g} s")
@@ -118,7 +118,7 @@ class SearchState:
         est, corrected = self.learner.predict(cand)
         pred = est.total_s
         self.predicted[cand.key] = pred
-        times, rel_err = (), None
+        times, rel_err, timed_groups = (), None, ()
         if cand.key in self.measured:                 # already measured: reuse, don't rerun
             status, median = self.measured[cand.key]
             error = REUSED
@@ -134,7 +134,7 @@ class SearchState:
             m = self.backend.measure(cand, limit, self.prog.best_s, leniency(
                 pred, self.predicted.values(), config.favourites, self.noise))
             status, median, error = m.status, m.median_s, m.error
-            times, rel_err = m.times, m.rel_err
+            times, rel_err, timed_groups = m.times, m.rel_err, m.groups
             self.measured[cand.key] = (status, median)
             self.noise.add(times if status == Status.OK else ())
             self.prog.busy = m.loaded_runs > 0
@@ -143,7 +143,8 @@ class SearchState:
                 self.loaded.add(cand.key)
         return TrialOutcome(candidate=cand, status=status, predicted_s=pred, measured_s=median,
                             error=error or None, params=dict(trial.params), options=asked,
-                            times=times, rel_err=rel_err, corrected_s=corrected)
+                            times=times, rel_err=rel_err, corrected_s=corrected,
+                            groups=timed_groups)
 
     def timeout_floor(self) -> float:
         """The least time a run is given (the config's, else the backend kind's)."""
@@ -178,7 +179,7 @@ class SearchState:
             self.incumbent = dict(o.params)
         self.note(status, cand, o.predicted_s, median)
         if status == Status.OK and o.times and self.config.learn:    # a fresh measurement
-            self.learner.observe(cand, median)
+            self.learner.observe(cand, median, o.groups)
         self.prog.new += 1
         self.prog.last = f"{cand.name or cand.key}: {status}" + (
             f" {median:.4g} s" if median else "")
@@ -195,7 +196,7 @@ class SearchState:
         named = [named_plan(self.space, n) for n in ("unfused", "heuristic", "greedy")]
         named.sort(key=lambda c: self.learner.predict(c)[1])
         q = named + model_favourites(self.w, self.space, self.dev, self.config,
-                                     {c.key for c in named}, correct=self.learner.corrected)
+                                     {c.key for c in named}, correct=self.learner.seconds)
         out = []
         for cand in q:
             self.predicted[cand.key] = self.learner.predict(cand)[0].total_s

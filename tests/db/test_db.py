@@ -359,7 +359,7 @@ def test_schema1_database_is_migrated(tmp_path, source):
         # today's schema, the plans' own search-space version (the fixture predates SPACE_VERSION 2)
         cur, old = (PlanKey.for_env("w0", e, space_version=FIXTURE_SPACE_VERSION)
                     for e in (FENV, OLD_ENV))
-        assert cur.schema_version == SCHEMA_VERSION == 3
+        assert cur.schema_version == SCHEMA_VERSION >= 3
         assert pdb.best(PlanKey.for_env("w0", FENV).key) is None   # another space: stale
         best = pdb.best(cur.key)           # found under today's key
         assert (best.candidate, best.measured_s, best.trial_number) == ({"name": ""}, 1.5, 3)
@@ -367,8 +367,9 @@ def test_schema1_database_is_migrated(tmp_path, source):
         assert pdb.best(key_v1(FENV).key) is None          # nothing left under the old keys
         rows = pdb.trials(cur.key, "tpe-seed0")
         assert [r.status for r in rows] == ["ok", "failed", "pruned", "ok"]
-        assert all(r.times == () and r.rel_err is None and r.corrected_s is None for r in rows)
-        assert {r.key.schema_version for r in rows} == {3}
+        assert all(r.times == () and r.rel_err is None and r.corrected_s is None and r.groups == ()
+                   for r in rows)
+        assert {r.key.schema_version for r in rows} == {SCHEMA_VERSION}
         assert pdb.trial_counts(cur.key) == {"ok": 2, "failed": 1, "pruned": 1}
         assert pdb.stale_rows(cur)[0]["reasons"] == ["library versions"]
         assert pdb.check() == []
@@ -398,21 +399,22 @@ def test_the_binary_fixture_is_the_scripted_one(tmp_path):
         c.close()
 
 
-def test_schema4_database_is_refused_untouched(tmp_path):
-    """A database from a newer autotune (schema 4): one line, upgrade message, file as it was."""
+def test_a_newer_schema_database_is_refused_untouched(tmp_path):
+    """A database from a newer autotune (schema one above ours): one line, upgrade message, file as it was."""
     p = tmp_path / "p.sqlite"
     make_db(p, n=2)
     c = sqlite3.connect(p)
-    c.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+    newer = SCHEMA_VERSION + 1
+    c.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(newer),))
     c.commit()
     c.close()
-    msg = _assert_refused(p, "schema 4 > 3", "upgrade autotune or use another --db")
+    msg = _assert_refused(p, f"schema {newer} > {SCHEMA_VERSION}", "upgrade autotune or use another --db")
     assert msg.startswith(f"{p} was written by a newer autotune")
     from typer.testing import CliRunner
     from autotune.cli.app import app
     before = sha(p)
     r = CliRunner().invoke(app, ["db", "check", "--db", str(p)])
-    assert r.exit_code == 1 and "newer autotune (schema 4 > 3)" in r.stderr
+    assert r.exit_code == 1 and f"newer autotune (schema {newer} > {SCHEMA_VERSION})" in r.stderr
     r = CliRunner().invoke(app, ["show-best", "--db", str(p)])
     assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1
     assert "upgrade autotune" in r.stderr and sha(p) == before

@@ -32,6 +32,9 @@ class SlowPlan:
     def timed_call(self, inputs, warmup=0, repeats=3, check=None, cutoff=None):
         return self(**inputs), []
 
+    def group_seconds(self) -> dict[str, float]:
+        return {}
+
     def release(self) -> None:
         pass
 

@@ -28,7 +28,7 @@ from search_spaces.partition import groups, materialized
 from search_spaces.rewrite import rewritten
 from search_spaces.workload import Workload
 
-from autotune.backends.base import Arrays, BufferPool, Cutoff, timed_runs
+from autotune.backends.base import Arrays, BufferPool, Cutoff, group_medians, timed_runs
 from autotune.backends.cpu.codegen import generate, generate_units
 from autotune.backends.cpu.gemm_call import GemmKernel, kernel_spec
 from autotune.backends.cpu.gemm_driver import kernel_source
@@ -172,6 +172,8 @@ class CompiledPlan:
         self.kernel_groups = {a: KernelGroup(w, cand, a, load_gemm_kernel(spec, str(cache_dir)))
                               for a, spec in specs.items()}
         self.groups = groups(w, cand.fused_pairs)
+        self._last_groups: tuple[float, ...] = ()
+        self._profile: dict[str, float] = {}
         mats = materialized(w, cand.fused_pairs)
         self.storage: dict[str, np.ndarray] = {}
         self._last_out: dict[str, np.ndarray] = {}
@@ -231,6 +233,10 @@ class CompiledPlan:
                 prev = np.empty(w.shapes[o], dtype=self.dtype)
             self._last_out[o] = prev
             outs[o] = env[o] = storage[o] = prev
+        # each group's seconds, for the learned correction (a clock read per group: ~100 ns
+        # against groups of tens of microseconds and more)
+        clock = time.perf_counter
+        stamps = [clock()]
         for g in self.groups:
             if self.cand.schedule(g.anchor).impl == IMPL_LIBRARY:
                 self._gemm(g.anchor, env)
@@ -240,6 +246,8 @@ class CompiledPlan:
                 k = self.kernels[g.anchor]
                 ptrs = (ctypes.c_void_p * len(k.args))(*[storage[t].ctypes.data for t in k.args])
                 self.fns[g.anchor](ptrs)
+            stamps.append(clock())
+        self._last_groups = tuple(b - a for a, b in zip(stamps, stamps[1:]))
         return outs
 
     def timed_call(self, inputs: dict[str, np.ndarray], warmup: int = 0, repeats: int = 3,
@@ -252,6 +260,7 @@ class CompiledPlan:
         repeats stop early once the first two are out of contention (runs under load do
         not count: :func:`autotune.backends.base.timed_runs`)."""
         last: list = [None]
+        runs: list[tuple[float, tuple[float, ...]]] = []   # (seconds, each group's seconds)
 
         def first() -> float | None:
             t0 = time.perf_counter()
@@ -264,16 +273,25 @@ class CompiledPlan:
                 # its code pages and wakes OpenMP's and BLAS's threads (measured idle, 2 cores,
                 # four 4-6 ms gelu_mlp plans: first calls 1-20 % slower than the five after,
                 # the order of the gaps between those plans); the sample is the call after it
-                seconds = run()
+                return run()
+            runs.append((seconds, self._last_groups))
             return seconds
 
         def run() -> float:
             last[0] = None     # a run reuses the output arrays only when nobody holds them
             t0 = time.perf_counter()
             last[0] = self(**inputs)
-            return time.perf_counter() - t0
+            seconds = time.perf_counter() - t0
+            runs.append((seconds, self._last_groups))
+            return seconds
         times = timed_runs(first, run, warmup, repeats, cutoff)
+        self._profile = group_medians([a.anchor for a in self.groups], runs, times)
         return last[0], times
+
+    def group_seconds(self) -> dict[str, float]:
+        """Each group's median seconds (by anchor) over the trusted runs of the last
+        :meth:`timed_call`."""
+        return dict(self._profile)
 
     def _gemm(self, name: str, env) -> None:
         op = self.w.op(name)

@@ -124,20 +124,15 @@ def test_exact_measurements_keep_exactly_the_predicted_records(w, space, fresh_d
 def test_every_local_every_th_trial_is_the_models_pick_near_the_incumbent(
         w, space, fresh_db, monkeypatch):
     picks = []
-    real_neighbour, real_estimate = proposals.neighbour, proposals.estimate
+    real_neighbour = proposals.neighbour
 
-    def spy(w_, space_, dev, params, rng, seen, tries=40, **kw):
+    def spy(w_, space_, dev, params, rng, seen, tries=40, correct=None, **kw):
         scored = []
 
-        def scoring(*a):
-            e = real_estimate(*a)
-            scored.append(e.total_s)
-            return e
-        monkeypatch.setattr(proposals, "estimate", scoring)
-        try:
-            picked = real_neighbour(w_, space_, dev, params, rng, seen, tries, **kw)
-        finally:
-            monkeypatch.setattr(proposals, "estimate", real_estimate)
+        def scoring(cand):          # the search's own ranking (its learned correction)
+            scored.append(correct(cand))
+            return scored[-1]
+        picked = real_neighbour(w_, space_, dev, params, rng, seen, tries, correct=scoring, **kw)
         picks.append({"incumbent": dict(params), "picked": picked, "scored": scored})
         return picked
     monkeypatch.setattr(state, "neighbour", spy)
@@ -154,7 +149,7 @@ def test_every_local_every_th_trial_is_the_models_pick_near_the_incumbent(
         ok = [r for r in rows[:n] if r.status == "ok"]
         fastest = min(r.measured_s for r in ok)     # the incumbent: the latest of equals
         assert pick["incumbent"] == params_of_row([r for r in ok if r.measured_s == fastest][-1])
-        assert row.predicted_s == min(pick["scored"])     # the model's favourite mutation
+        assert row.corrected_s == min(pick["scored"])     # the model's favourite mutation
         assert cand_of(row).key not in {cand_of(r).key for r in rows[:n]}
 
 
