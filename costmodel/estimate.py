@@ -28,6 +28,11 @@ class GroupCost:
     bound: str                 # "compute" | "memory"
     fused: tuple[FusedProducer, ...]
     chain: str = ""            # an online-softmax chain group: what it walks (else empty)
+    # generated loops: flops whose innermost loop walks an operand with a stride (scalar,
+    # gathers), and flops whose innermost loop is a reduction (one dependent chain of adds);
+    # priced by the roofline only through the SIMD fill, features of the learned correction
+    strided_flops: float = 0.0
+    chained_flops: float = 0.0
 
     def to_dict(self) -> dict:
         return {"ops": list(self.ops), "anchor": self.anchor, "impl": self.impl,
@@ -38,7 +43,9 @@ class GroupCost:
                 "bound": self.bound,
                 "fused": [{"producer": f.producer, "recompute_factor": f.recompute_factor}
                           for f in self.fused],
-                **({"chain": self.chain} if self.chain else {})}
+                **({"chain": self.chain} if self.chain else {}),
+                **({"strided_flops": self.strided_flops} if self.strided_flops else {}),
+                **({"chained_flops": self.chained_flops} if self.chained_flops else {})}
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,10 @@ GROUP_FEATURES = (
     "log_tile_elems",        # loops: ln(elements per anchor tile)
     "occupancy",             # loops: share of cores the last wave of tiles keeps busy
     "fused_producers",       # loops: producers evaluated inside the tiles
+    "strided_share",         # loops: flops in a strided innermost walk / flops
+    "chained_share",         # loops: flops with a reduction innermost / flops
+    "strided_x_log_tile",    # how far a strided walk reaches: with the tile's size
+    "chained_x_strided",     # a dependent chain of strided loads: latency, not throughput
     *(f"kernel_{f}" for f in KERNEL_FLAGS),
     "kernel_log_kc", "kernel_log_nc",
     *(f"kernel_{a}_x_{b}" for a, b in itertools.combinations(KERNEL_FLAGS, 2)),
@@ -88,6 +92,9 @@ def group_features(w: Workload, cand: Candidate, g: GroupCost, dev: DeviceSpec
             g.recomputed_flops / flops,
             g.transcendentals / flops,
             elems, occ, float(len(g.fused)),
+            g.strided_flops / flops, g.chained_flops / flops,
+            g.strided_flops / flops * elems,
+            min(g.strided_flops, g.chained_flops) / flops,
             *kern, *pairs)
 
 

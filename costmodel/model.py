@@ -111,6 +111,7 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
     flops = recomputed = trans = 0.0
     moved = unique = 0.0
     compute_s = 0.0          # at the full loop rate, before occupancy
+    strided = chained = 0.0  # flops in a strided innermost walk; with a reduction innermost
     seen: set[str] = set()
     fused = []
     for mp in plans:
@@ -126,8 +127,11 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
         inner_ext = shp[op.parallel.index(inner)] if inner in op.parallel else op.extent(inner)
         # SIMD lanes: an innermost loop shorter than the vector width runs partly scalar
         vec = min(1.0, inner_ext / dev.vector_width)
+        if inner not in op.parallel:
+            chained += mp.executions * f       # accumulated in one register chain
         # a strided walk in the innermost loop (any operand, tile buffers included) turns
         # vector loads into gathers: count the loop as scalar
+        walks_strided = False
         for acc in op.reads():
             if inner not in acc.idx:
                 continue
@@ -139,6 +143,9 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
                 st = strides(w.shapes[acc.tensor], layout_of(acc.tensor))
             if st[acc.idx.index(inner)] != 1:
                 vec = min(vec, 1.0 / dev.vector_width)
+                walks_strided = True
+        if walks_strided:
+            strided += mp.executions * f
         compute_s += mp.executions * (f + transcendental_weight(op.expr, dev)) \
             / (dev.loop_flops * vec)
         for acc in op.reads():
@@ -199,7 +206,8 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
     return GroupCost(ops=tuple(m.op for m in plans), anchor=g.anchor, impl="loop",
                      tiles=tuple(eff_tiles), predicted_s=t, flops=flops,
                      recomputed_flops=recomputed, transcendentals=trans, bytes=moved,
-                     unique_bytes=unique, launches=1, bound=bound, fused=tuple(fused))
+                     unique_bytes=unique, launches=1, bound=bound, fused=tuple(fused),
+                     strided_flops=strided, chained_flops=chained)
 
 
 def memory_bytes(w: Workload, cand: Candidate, threads: int) -> int:

@@ -2,8 +2,8 @@
 
 The worker builds its inputs from the seed, loads (or computes and caches) the float64 reference
 once, then serves measure requests over a pipe.  It never outlives its search: it dies with its
-parent however the parent ends (:func:`die_with_parent`), and it stops itself when a candidate
-runs past the request's timeout (:func:`arm_run_timeout`); the parent kills it too, a little
+parent however the parent ends, and it stops itself when a candidate runs past the request's
+timeout or one run past its cap (:mod:`autotune.backends.stops`); the parent kills it too, a little
 later, should that fail, and starts a new one for the next candidate.  What crosses the pipe are
 records: requests (:class:`MeasureRequest`, :class:`~autotune.backends.confirm.ConfirmRequest`,
 :class:`Shutdown`) one way, replies (:class:`Ready`, :class:`WorkerError`,
@@ -12,12 +12,11 @@ records: requests (:class:`MeasureRequest`, :class:`~autotune.backends.confirm.C
 from __future__ import annotations
 
 import importlib
+import math
 import multiprocessing as mp
 import os
 import signal
 import statistics
-import sys
-import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -33,6 +32,8 @@ from autotune.backends.base import (Arrays, BackendKind, BufferPool, Leniency, M
                                     MeasureSettings, Plan, PlanFactory, verify)
 from autotune.backends.confirm import ConfirmReply, ConfirmRequest, run_confirmation
 from autotune.backends.load import LoadProbe, LoadWatch, NoProbe, machine_probe
+from autotune.backends.stops import (CappedWatch, arm_run_timeout, crash_message,  # noqa: F401
+                                     die_with_parent, run_cap_message, timeout_message)
 
 
 @dataclass(frozen=True)
@@ -82,45 +83,6 @@ class MeasureReply:
 # The parent waits this much longer than the worker's own run timeout before it kills the worker
 # itself: the worker's alarm normally ends a hung candidate first.
 PARENT_GRACE_S = 5.0
-PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent(parent_pid: int | None) -> None:
-    """Make this process die when its parent does, however the parent ends (``kill -9``
-    included).  Linux: the kernel sends SIGKILL on the parent's death (``PR_SET_PDEATHSIG``),
-    which also holds while a compiled call runs.  Elsewhere: a thread polls the parent's pid.
-    (The signal follows the parent *thread* that started us: WorkerHandle starts workers from
-    the search's own thread.)"""
-    armed = False
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-            libc = ctypes.CDLL(None, use_errno=True)
-            armed = libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
-        except (OSError, AttributeError):
-            armed = False
-    if parent_pid is not None and os.getppid() != parent_pid:
-        os._exit(1)        # the parent died before the signal was armed: nobody to serve
-    if armed or parent_pid is None:
-        return
-
-    def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(0.5)
-        os._exit(1)
-    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
-
-
-def arm_run_timeout(seconds: float | None) -> None:
-    """Stop this process ``seconds`` from now (wall clock) unless disarmed with ``None``.
-
-    SIGALRM at its default disposition: the kernel ends the process, so this holds even while
-    a compiled call that keeps the GIL runs (no Python handler has to run)."""
-    if seconds is None:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        return
-    signal.signal(signal.SIGALRM, signal.SIG_DFL)
-    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
 
 
 def reference_path(cache_dir: Path, whash: str, seed: int) -> Path:
@@ -160,23 +122,25 @@ def _serve(conn, spec: WorkerSpec, make_plan: PlanFactory) -> None:
         if isinstance(req, Shutdown):
             return
         arm_run_timeout(req.timeout_s)
+        deadline = time.monotonic() + (req.timeout_s if req.timeout_s is not None else 1e9)
         if isinstance(req, ConfirmRequest):
             ms = run_confirmation(w, req, inputs, ref, kernels, make_plan, pool, probe)
             reply = ConfirmReply(ms, pool.nbytes)
         else:
             reply = MeasureReply(_measure_one(w, req, inputs, ref, kernels, make_plan, pool,
-                                              probe), pool.nbytes)
+                                              probe, deadline), pool.nbytes)
         arm_run_timeout(None)
         conn.send(reply)
 
 
 def _measure_one(w: Workload, req: MeasureRequest, inputs: Arrays, ref: Arrays,
                  kernels: Path, make_plan: PlanFactory, pool: BufferPool,
-                 probe: LoadProbe) -> Measurement:
+                 probe: LoadProbe, deadline: float = math.inf) -> Measurement:
     plan = None
     try:
         plan = make_plan(w, req.candidate, kernels, pool=pool)
-        return _run(w, plan, inputs, ref, req.settings, req.best_s, req.leniency, probe)
+        return _run(w, plan, inputs, ref, req.settings, req.best_s, req.leniency, probe,
+                    deadline)
     except MemoryError:
         # the frames holding the candidate's arrays are gone once we return: the worker
         # serves the next candidate with its memory back
@@ -204,11 +168,14 @@ class _Check:
 
 def _run(w: Workload, plan: Plan, inputs: Arrays, ref: Arrays, settings: MeasureSettings,
          best_s: float | None, leniency: Leniency = Leniency(),
-         probe: LoadProbe = NoProbe()) -> Measurement:
+         probe: LoadProbe = NoProbe(), deadline: float = math.inf) -> Measurement:
     """Verify the first run, then time repeats until the candidate cannot be the best (runs
-    under load, as ``probe`` tells, made again rather than trusted)."""
+    under load, as ``probe`` tells, made again rather than trusted).  With a best so far and
+    a ``deadline`` (time.monotonic), each run is stopped at ``settings.run_cap(best_s)``."""
     check = _Check(ref, w.rtol)
-    watch = LoadWatch(probe, settings.busy_cores)
+    cap = settings.run_cap(best_s)
+    watch = LoadWatch(probe, settings.busy_cores) if cap is None or deadline == math.inf \
+        else CappedWatch(probe, settings.busy_cores, cap, deadline)
     outs, times = plan.timed_call(inputs, settings.warmup, settings.repeats, check,
                                   settings.cutoff(best_s, leniency, watch))
     if check.verdict is None:      # a plan that skipped the check: verify what it returned
@@ -242,20 +209,6 @@ def worker_main(conn, spec: WorkerSpec, make_plan_path: str | None,
             conn.send(WorkerError(f"worker failed to start: {type(e).__name__}: {e}"))
         except Exception:
             pass
-
-
-def crash_message(code: int | None) -> str:
-    """What a dead worker's exit code says.  SIGKILL from nobody we know of is how the
-    kernel's out-of-memory killer ends a process: say so, since the candidate is then the
-    likely cause."""
-    if code == -signal.SIGKILL:
-        return (f"worker crashed (exit code {code}: killed by SIGKILL, as the out-of-memory "
-                "killer does; the candidate may need more memory than is free)")
-    return f"worker crashed (exit code {code})"
-
-
-def timeout_message(timeout_s: float) -> str:
-    return f"timeout: no result within {timeout_s:.0f} s"
 
 
 class WorkerHandle:
@@ -293,9 +246,17 @@ class WorkerHandle:
 
     def measure(self, cand: Candidate, settings: MeasureSettings, timeout_s: float,
                 best_s: float | None, leniency: Leniency = Leniency()) -> Measurement:
+        start = time.monotonic()
         reply = self._ask(MeasureRequest(cand, settings, best_s, timeout_s, leniency),
                           timeout_s, MeasureReply)
-        return reply if isinstance(reply, Measurement) else reply.measurement
+        if not isinstance(reply, Measurement):
+            return reply.measurement
+        cap = settings.run_cap(best_s)
+        if reply.error == timeout_message(timeout_s) and cap is not None and \
+                time.monotonic() - start < timeout_s:
+            # the worker's alarm fired before the request's timeout: a run passed its cap
+            return Measurement(Status.FAILED, error=run_cap_message(cap, settings.run_factor))
+        return reply
 
     def confirm(self, req: ConfirmRequest) -> list[Measurement]:
         """The measurements of a confirmation (each failed, with the reason, when the worker

@@ -43,3 +43,12 @@ class SlowPlan:
         (self.cache_dir / f"running-{os.getpid()}").write_text(str(os.getpid()))
         ctypes.PyDLL(None).sleep(SLEEP_S)          # holds the GIL throughout
         raise RuntimeError("slept through")
+
+
+class SlowSecondRun(SlowPlan):
+    """Its checked first run takes 10 ms; every run after it is SlowPlan's endless call: the
+    shape of a candidate whose repeats a per-run cap must stop."""
+
+    def timed_call(self, inputs, warmup=0, repeats=3, check=None, cutoff=None):
+        from autotune.backends.base import timed_runs
+        return {}, timed_runs(lambda: 0.01, lambda: self(**inputs), warmup, repeats, cutoff)

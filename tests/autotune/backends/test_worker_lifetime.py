@@ -166,3 +166,22 @@ def test_fallback_watchdog_ends_a_worker_whose_parent_dies(tmp_path):
             p.wait()
         if pid is not None and status(pid) is not None:
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_run_past_its_cap_is_stopped_and_said_so(tmp_path):
+    """With a best so far, each run is stopped at run_factor x best (at least run_floor_s),
+    long before the request's timeout; the error names the cap, not a timeout."""
+    w = load_workload("trimul_outgoing", DIMS)
+    h = WorkerHandle(WorkerSpec("trimul_outgoing", w.dims, 0, str(tmp_path), "cpu"),
+                     "tests.support.slow_plans:SlowSecondRun")
+    cand = named_plan(SearchSpace(w, TileBounds(1, 256)), "heuristic")
+    settings = MeasureSettings(run_floor_s=0.5)
+    try:
+        t0 = time.monotonic()
+        m = h.measure(cand, settings, 600, 0.01)
+        took = time.monotonic() - t0
+    finally:
+        h.close()
+    assert m.status == "failed" and m.error == worker.run_cap_message(0.5, 10.0), m.error
+    assert "0.5 s" in m.error and took < 60
+    assert settings.run_cap(None) is None and settings.run_cap(2.0) == 20.0

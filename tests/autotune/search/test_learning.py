@@ -135,3 +135,52 @@ def test_a_workload_from_a_file_is_not_rebuilt(w):
     assert rebuild_workload("gated_mlp", canon, w.hash).hash == w.hash
     assert rebuild_workload("gated_mlp", canon, "0" * 64) is None        # changed since
     assert rebuild_workload("my_model", canon, w.hash) is None           # not a built-in
+
+
+# ---- group by group ----------------------------------------------------------------------------
+
+def group_true(w, cand) -> tuple[float, tuple[tuple[str, float], ...]]:
+    """(total, each group's seconds) when memory-bound loop groups run 6x their analytic time
+    and compute-bound ones half of it: residuals of kinds of groups, which the totals blur
+    across candidates (and which reorder them)."""
+    est = estimate(w, cand, DEV)
+    factor = lambda g: 1.0 if g.impl != "loop" else 6.0 if g.bound == "memory" else 0.5
+    groups = tuple((g.anchor, g.predicted_s * factor(g)) for g in est.groups)
+    return est.total_s - sum(g.predicted_s for g in est.groups) + sum(s for _, s in groups), \
+        groups
+
+
+class GroupDistorted(FakeBackend):
+    """The fake with the residual above, in its totals and in its group times."""
+
+    def run_time(self, cand, run):
+        return super().run_time(cand, run) / self._estimate(cand).total_s * \
+            group_true(self.w, cand)[0]
+
+    def group_times(self, cand, seconds):
+        total, groups = group_true(self.w, cand)
+        return tuple((a, s * seconds / total) for a, s in groups)
+
+
+def test_timed_groups_are_stored_and_the_group_fit_corrects_by_kind_of_group(w, space,
+                                                                            fresh_db):
+    run(w, space, fresh_db, dataclasses.replace(CONFIG, seed=3),
+        GroupDistorted(w, DEV, sigma=0.02))
+    rows = [r for r in fresh_db.trials(fake_key(w).key) if r.status == "ok" and r.times]
+    assert rows and all(dict(r.groups) for r in rows)
+    for r in rows:               # each trial's groups are its plan's, summing to its median
+        est = estimate(w, r.to_candidate(), DEV)
+        assert [a for a, _ in r.groups] == [g.anchor for g in est.groups]
+    learner = Learner(w, DEV)
+    learner.load(fresh_db, fake_key(w).device_json)
+    assert learner.groups_fit.active and learner.active
+    assert learner.groups_fit.cv_rho > learner.groups_fit.cv_rho_analytic
+    # unseen candidates: the group fit's predictions are close to the truth, the analytic not
+    import numpy as np
+    rng = np.random.default_rng(11)
+    seen = {r.to_candidate().key for r in rows}
+    fresh = [c for c in (space.random(rng) for _ in range(80)) if c.key not in seen][:30]
+    err = lambda f: sorted(abs(math.log(f(c) / group_true(w, c)[0])) for c in fresh)
+    corrected = err(learner.seconds)
+    analytic = err(lambda c: estimate(w, c, DEV).total_s)
+    assert corrected[len(fresh) // 2] < analytic[len(fresh) // 2] / 3
