@@ -32,7 +32,7 @@ from .group_features import GROUP_FEATURES
 from .ranking import spearman_rho
 
 MIN_CANDIDATES = 8
-RANK_GAIN = 0.02
+RANK_GAIN = 0.0         # any held-out gain: the fit also brings the scale, the glue, the memo
 CLIP_WIDEN = math.log(2.0)
 SHARE_FLOOR = 0.02          # a group's least weight, as a share of its candidate's time
 ALPHAS = tuple(float(a) for a in np.logspace(-3, 3, 13))
@@ -86,6 +86,10 @@ class GroupCorrection:
     cv_rho: float | None = None
     cv_rho_analytic: float | None = None
     reason: str = "not fitted"
+    # the fallback's one scale (the median of ln(measured / analytic) of the totals): ranks as
+    # the analytic model does, on the measured scale (so that the predictions of folds where
+    # the fit is used and of folds where it is not can be pooled)
+    log_scale: float = 0.0
 
     @property
     def kind(self) -> str:
@@ -103,10 +107,10 @@ def _log_factor(c: GroupCorrection, x) -> float:
 
 
 def predict(c: GroupCorrection, cand: CandidateObs) -> float:
-    """The corrected seconds of ``cand`` (its analytic total under the fallback, or when it
-    has no groups)."""
+    """The corrected seconds of ``cand`` (its analytic total times the fallback's scale under
+    the fallback, or when it has no groups)."""
     if not c.active or not cand.groups or tuple(c.features) != GROUP_FEATURES:
-        return cand.analytic_s
+        return cand.analytic_s * math.exp(c.log_scale)
     memo, glue = dict(c.memo), dict(c.glue)
     total = cand.analytic_s - sum(g.analytic_s for g in cand.groups)
     for g in cand.groups:
@@ -208,7 +212,9 @@ def fit(cands, min_candidates: int = MIN_CANDIDATES) -> GroupCorrection:
             for i, c in enumerate(timed)]
     rho = _ranking(held, timed)
     rho_analytic = _ranking([c.analytic_s for c in timed], timed)
-    figures = dict(candidates=len(timed), cv_rho=rho, cv_rho_analytic=rho_analytic)
+    scale = float(np.median([math.log(c.measured_s / c.analytic_s) for c in timed]))
+    figures = dict(candidates=len(timed), cv_rho=rho, cv_rho_analytic=rho_analytic,
+                   log_scale=scale)
     if rho is None or rho_analytic is None or rho < rho_analytic + RANK_GAIN:
         return GroupCorrection(**figures, reason=f"held-out ranking no better (rho "
                                f"{rho if rho is None else round(rho, 3)} against "

@@ -3,7 +3,9 @@
 Each loop group becomes one function ``void group_K(void **args)``: an OpenMP-parallel loop over
 the anchor's tiles; inside a tile every member is evaluated over its footprint into a per-thread
 buffer (members read each other's buffers, never memory written by another tile), and the anchor
-writes its tile of the output in the candidate's layout.
+writes its tile of the output in the candidate's layout (accumulating in a tile buffer of its
+own first where that layout would make each reduction step a strided read-modify-write:
+:attr:`_Emitter.staged`).
 """
 from __future__ import annotations
 
