@@ -16,12 +16,13 @@ The ridge is fitted on ``ln(measured_g / analytic_g)`` of every timed group, wei
 group's share of its candidate's time (a group of microseconds times noisily and matters
 little), features standardised, the penalty chosen by the closed-form leave-one-out error.
 The fit is used only when its leave-one-candidate-out predictions (every group of the left-out
-candidate removed from the ridge, the signatures and the glue) rank the candidates better than
-the analytic times, within each workload, by ``RANK_GAIN``; otherwise :func:`fit` returns the
+candidate removed from the ridge, the signatures and the glue; beyond ``HOLDOUT_FOLDS``
+candidates, that many folds instead) rank the candidates better than the analytic times, within each workload, by ``RANK_GAIN``; otherwise :func:`fit` returns the
 analytic fallback.  Log-factors are clipped to the residuals seen, widened by ``CLIP_WIDEN``.
 """
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import asdict, dataclass
@@ -36,6 +37,7 @@ RANK_GAIN = 0.0         # any held-out gain: the fit also brings the scale, the 
 CLIP_WIDEN = math.log(2.0)
 SHARE_FLOOR = 0.02          # a group's least weight, as a share of its candidate's time
 ALPHAS = tuple(float(a) for a in np.logspace(-3, 3, 13))
+HOLDOUT_FOLDS = 50
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,11 @@ class GroupCorrection:
     def kind(self) -> str:
         return "groups" if self.active else "analytic"
 
+    @functools.cached_property
+    def lookup(self) -> tuple[dict[str, float], dict[str, float]]:
+        """(signature -> seconds, workload -> glue seconds per group) as dicts, built once."""
+        return dict(self.memo), dict(self.glue)
+
     def to_dict(self) -> dict:
         d = asdict(self)
         return {"kind": self.kind,
@@ -111,7 +118,7 @@ def predict(c: GroupCorrection, cand: CandidateObs) -> float:
     the fallback, or when it has no groups)."""
     if not c.active or not cand.groups or tuple(c.features) != GROUP_FEATURES:
         return cand.analytic_s * math.exp(c.log_scale)
-    memo, glue = dict(c.memo), dict(c.glue)
+    memo, glue = c.lookup
     total = cand.analytic_s - sum(g.analytic_s for g in cand.groups)
     for g in cand.groups:
         total += memo[g.signature] if g.signature in memo else \
@@ -132,15 +139,18 @@ def _rows(cands: list[CandidateObs]):
     return (np.array(x, dtype=float), np.array(r), np.array(wt), np.array(owner))
 
 
-def _ridge(z, r, wt, alpha):
-    """(intercept, coefficients, leave-one-out residuals) of weighted ridge, intercept free."""
+def _ridge(z, r, wt, alpha, loo: bool = True):
+    """(intercept, coefficients, leave-one-out residuals or None) of weighted ridge, intercept
+    free."""
     sw = wt.sum()
     rbar = float(wt @ r) / sw
     rc = r - rbar
     zw = z * wt[:, None]
     inv = np.linalg.inv(z.T @ zw + alpha * np.eye(z.shape[1]))
     beta = inv @ (zw.T @ rc)
-    lev = wt * np.einsum("ij,jk,ik->i", z, inv, z) + wt / sw
+    if not loo:
+        return rbar, beta, None
+    lev = wt * ((z @ inv) * z).sum(axis=1) + wt / sw
     return rbar, beta, (rc - z @ beta) / np.maximum(1 - lev, 1e-9)
 
 
@@ -166,7 +176,7 @@ def _build(cands: list[CandidateObs], alpha: float | None = None) -> GroupCorrec
             if best is None or mse < best[0]:
                 best = (mse, a * sw)
         alpha = best[1]
-    rbar, beta, _ = _ridge(z, r, wt, alpha)
+    rbar, beta, _ = _ridge(z, r, wt, alpha, loo=False)
     memo: dict[str, list[float]] = {}
     glue: dict[str, list[float]] = {}
     for c in cands:
@@ -208,8 +218,14 @@ def fit(cands, min_candidates: int = MIN_CANDIDATES) -> GroupCorrection:
         return GroupCorrection(candidates=len(timed), reason=f"too few candidates with timed "
                                f"groups ({len(timed)} < {min_candidates})")
     full = _build(timed)
-    held = [predict(_build(timed[:i] + timed[i + 1:], full.alpha), c)
-            for i, c in enumerate(timed)]
+    # held-out predictions: leave one candidate out, or one of HOLDOUT_FOLDS folds when there
+    # are more (a search that loads thousands of trials refits in well under a second)
+    k = min(len(timed), HOLDOUT_FOLDS)
+    held = [0.0] * len(timed)
+    for f in range(k):
+        fit_f = _build([c for i, c in enumerate(timed) if i % k != f], full.alpha)
+        for i in range(f, len(timed), k):
+            held[i] = predict(fit_f, timed[i])
     rho = _ranking(held, timed)
     rho_analytic = _ranking([c.analytic_s for c in timed], timed)
     scale = float(np.median([math.log(c.measured_s / c.analytic_s) for c in timed]))
