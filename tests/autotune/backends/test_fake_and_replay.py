@@ -3,6 +3,7 @@ plans', through autotune.backends.base.timed_runs), its scripted failures, and t
 of a recorded plan database."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 
@@ -84,7 +85,11 @@ def test_fake_times_are_the_model_times_seeded_noise(w, plans):
     assert FakeBackend(w, CPU_DEFAULT, seed=2, sigma=0.1).run_time(cand, 0) != times[0]
     exact = FakeBackend(w, CPU_DEFAULT, sigma=0.0)
     m = exact.measure(cand, 60, None)
-    assert m == Measurement("ok", pred, (pred,) * 3, 0.0)
+    est = estimate(w, cand, CPU_DEFAULT)
+    groups = tuple((g.anchor, g.predicted_s) for g in est.groups)    # the model's shares
+    assert [a for a, _ in m.groups] == [a for a, _ in groups]
+    assert [s for _, s in m.groups] == pytest.approx([s for _, s in groups])
+    assert dataclasses.replace(m, groups=()) == Measurement("ok", pred, (pred,) * 3, 0.0)
     assert exact.calls == [(cand, 60, None)]
 
 
