@@ -227,14 +227,14 @@ def fit(samples, min_samples: int = MIN_SAMPLES, margin: float = MARGIN) -> Corr
                       reason="fitted", **figures)
 
 
-def cross_predict(samples, extra=(), folds: int = 5, seed: int = 0
-                  ) -> tuple[list[float], list[Correction]]:
-    """Corrected seconds of every sample, each from a correction fitted WITHOUT it: the
-    samples are dealt to ``folds`` folds (seeded), and each fold is predicted by a fit on the
-    other folds plus ``extra`` (samples never scored, such as the plan DB's other trials).
-    Returns (predictions in the order of ``samples``, the correction of each fold)."""
-    samples = list(samples)
-    n = len(samples)
+def cross_fitted(items, extra, folds: int, seed: int, fit_fn, predict_fn
+                 ) -> tuple[list[float], list]:
+    """``predict_fn(fit, item)`` of every item from a fit WITHOUT it: the items are dealt to
+    ``folds`` folds (seeded), and each fold is predicted by ``fit_fn`` of the other folds plus
+    ``extra`` (never scored).  Returns (predictions in the order of ``items``, each fold's fit).
+    One dealing for the candidate-level and the group-level corrections."""
+    items = list(items)
+    n = len(items)
     if n == 0:
         return [], []
     k = max(1, min(folds, n))
@@ -242,9 +242,18 @@ def cross_predict(samples, extra=(), folds: int = 5, seed: int = 0
     out = [math.nan] * n
     fitted = []
     for f in range(k):
-        train = [s for i, s in enumerate(samples) if fold_of[i] != f] + list(extra)
-        corr = fit(train)
+        corr = fit_fn([s for i, s in enumerate(items) if fold_of[i] != f] + list(extra))
         fitted.append(corr)
         for i in np.flatnonzero(fold_of == f):
-            out[i] = predict(corr, samples[i].features, samples[i].analytic_s)
+            out[i] = predict_fn(corr, items[i])
     return out, fitted
+
+
+def cross_predict(samples, extra=(), folds: int = 5, seed: int = 0
+                  ) -> tuple[list[float], list[Correction]]:
+    """Corrected seconds of every sample, each from a correction fitted WITHOUT it: the
+    samples are dealt to ``folds`` folds (seeded), and each fold is predicted by a fit on the
+    other folds plus ``extra`` (samples never scored, such as the plan DB's other trials).
+    Returns (predictions in the order of ``samples``, the correction of each fold)."""
+    return cross_fitted(samples, extra, folds, seed, fit,
+                        lambda corr, s: predict(corr, s.features, s.analytic_s))

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from .correction import cross_fitted
 from .group_features import GROUP_FEATURES
 from .ranking import spearman_rho
 
@@ -242,17 +243,4 @@ def cross_predict(cands, extra=(), folds: int = 5, seed: int = 0
                   ) -> tuple[list[float], list[GroupCorrection]]:
     """Corrected seconds of every candidate of ``cands``, each from a fit WITHOUT it (dealt to
     ``folds`` seeded folds; each fold predicted by a fit on the others plus ``extra``)."""
-    cands = list(cands)
-    n = len(cands)
-    if n == 0:
-        return [], []
-    k = max(1, min(folds, n))
-    fold_of = np.random.default_rng(seed).permutation(n) % k
-    out = [math.nan] * n
-    fitted = []
-    for f in range(k):
-        corr = fit([c for i, c in enumerate(cands) if fold_of[i] != f] + list(extra))
-        fitted.append(corr)
-        for i in np.flatnonzero(fold_of == f):
-            out[i] = predict(corr, cands[i])
-    return out, fitted
+    return cross_fitted(cands, extra, folds, seed, fit, predict)
