@@ -1,8 +1,12 @@
 """autotune: a declarative, cost-model-driven fusion autotuner for einsum-heavy tensor programs."""
-from search_spaces import Workload, WorkloadError, builtin_names, load_workload
+from autotune import threads
 
-from autotune.reference import reference
-from autotune.version import __version__
+threads.apply()     # before NumPy loads OpenBLAS: see autotune.threads
+
+from search_spaces import Workload, WorkloadError, builtin_names, load_workload  # noqa: E402
+
+from autotune.reference import reference  # noqa: E402
+from autotune.version import __version__  # noqa: E402
 
 
 def load_best(w, device: str = "cpu", db=None):

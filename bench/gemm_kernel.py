@@ -18,6 +18,8 @@ as ``peak_vs_blas``, is the most any kernel could gain over BLAS there.
 """
 from __future__ import annotations
 
+import autotune  # noqa: F401  (first: its thread settings precede NumPy's OpenBLAS)
+
 import argparse
 import ctypes
 import json

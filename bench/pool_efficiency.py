@@ -23,6 +23,8 @@ The pool and the figures are written to ``<out>/pool-<workload>-<dims>-cpu.json`
 """
 from __future__ import annotations
 
+import autotune  # noqa: F401  (first: its thread settings precede NumPy's OpenBLAS)
+
 import argparse
 import json
 import math

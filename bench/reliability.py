@@ -20,6 +20,8 @@ Every check raises AssertionError with what went wrong; the figures are printed 
 """
 from __future__ import annotations
 
+import autotune  # noqa: F401  (first: its thread settings precede NumPy's OpenBLAS)
+
 import argparse
 import json
 import os

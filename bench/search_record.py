@@ -9,6 +9,8 @@ when each trial finished, not when the process started.
 """
 from __future__ import annotations
 
+import autotune  # noqa: F401  (first: its thread settings precede NumPy's OpenBLAS)
+
 import argparse
 import json
 import platform

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import os
 
-# before torch loads its OpenMP runtime: idle OpenMP threads sleep rather than spin against
-# the plan's BLAS threads (autotune.backends.cpu.executor explains; a user's setting wins)
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# first, before torch loads its OpenMP runtime and NumPy its OpenBLAS: idle threads of either
+# sleep rather than spin against the other's (autotune.threads explains; a user's setting wins)
+import autotune  # noqa: F401, E402
 
 import argparse  # noqa: E402
 import json  # noqa: E402

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import autotune  # noqa: F401  (first: its thread settings precede NumPy's OpenBLAS)
 from search_spaces import load_workload
 from tests.support.skips import (GPU_SKIP, pytest_collectreport,  # noqa: F401  (hooks)
                                  pytest_runtest_logreport, pytest_sessionfinish,

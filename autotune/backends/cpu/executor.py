@@ -15,7 +15,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
@@ -28,6 +27,7 @@ from search_spaces.partition import groups, materialized
 from search_spaces.rewrite import rewritten
 from search_spaces.workload import Workload
 
+from autotune import threads
 from autotune.backends.base import Arrays, BufferPool, Cutoff, group_medians, timed_runs
 from autotune.backends.cpu.codegen import generate, generate_units
 from autotune.backends.cpu.gemm_call import GemmKernel, kernel_spec
@@ -41,32 +41,7 @@ from autotune.backends.cpu.kernel_group import KernelGroup, as3, view3
 WARM_BELOW_S = 0.2
 
 
-def _openmp_waits_passively() -> None:
-    """Make the generated kernels' OpenMP threads sleep, not spin, once a parallel loop ends.
-
-    A plan alternates OpenMP loop groups with OpenBLAS GEMMs, each with its own threads on the
-    same cores.  libgomp's default spins before sleeping, so its idle threads hold the cores
-    while a GEMM runs (and OpenBLAS's spinning threads hold them while a loop group runs).
-    Measured on 2 cores, best plans, default vs passive: gated_mlp 28.0 -> 9.4 ms, attention
-    20.0 -> 7.2 ms, trimul_incoming (N=256) 398 -> 331 ms.  libgomp reads the setting once,
-    when it is loaded (here: with the first kernel library), and a value the user set wins.
-    """
-    if "OMP_WAIT_POLICY" in os.environ:
-        return
-    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
-            loaded = "libgomp" in f.read()
-    except OSError:      # not Linux: nothing to tell
-        return
-    if loaded:
-        warnings.warn("an OpenMP runtime was loaded before autotune (torch, say), so its threads "
-                      "spin between loops and slow the plans' BLAS calls; set "
-                      "OMP_WAIT_POLICY=PASSIVE in the environment before starting Python",
-                      RuntimeWarning, stacklevel=3)
-
-
-_openmp_waits_passively()
+threads.warn_if_late()     # the settings the plans need came too late for a runtime
 
 # -ffast-math lets reductions vectorise; -fno-finite-math-only keeps -INFINITY (max= init) and
 # NaN outputs meaningful, so verification still sees them.

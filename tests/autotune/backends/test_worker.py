@@ -194,16 +194,29 @@ def test_worker_tolerance_and_non_finite_outputs(w, plans, hostile):
         assert m.rel_err == math.inf
 
 
-@pytest.mark.parametrize("preset, expected", [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
-def test_openmp_threads_sleep_between_groups_unless_the_user_says_otherwise(preset, expected):
-    # spinning OpenMP threads slowed whole plans 1.2-3x by holding the cores BLAS needed
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+@pytest.mark.parametrize("var, default", [("OMP_WAIT_POLICY", "PASSIVE"),
+                                          ("OPENBLAS_THREAD_TIMEOUT", "4")])
+@pytest.mark.parametrize("preset", [None, "7"])
+def test_idle_threads_sleep_between_groups_unless_the_user_says_otherwise(var, default, preset):
+    # spinning OpenMP threads slowed whole plans 1.2-3x by holding the cores BLAS needed, and
+    # spinning OpenBLAS threads slowed the loop groups after a GEMM up to 2x
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY",
+                                                            "OPENBLAS_THREAD_TIMEOUT")}
     if preset:
-        env["OMP_WAIT_POLICY"] = preset
-    out = subprocess.run([sys.executable, "-c", "import os, autotune.backends.cpu.executor; "
-                          "print(os.environ['OMP_WAIT_POLICY'])"],
+        env[var] = preset
+    code = ("import os, warnings; warnings.simplefilter('error'); "
+            f"import autotune.backends.cpu.executor; print(os.environ[{var!r}])")
+    out = subprocess.run([sys.executable, "-c", code],
                          env=env, capture_output=True, text=True, check=True).stdout
-    assert out.strip() == expected
+    assert out.strip() == (preset or default)
+
+
+def test_numpy_imported_before_autotune_is_warned_about():
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    code = ("import numpy, warnings; warnings.simplefilter('error'); "
+            "import autotune.backends.cpu.executor")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode != 0 and "OPENBLAS_THREAD_TIMEOUT=4" in r.stderr
 
 
 def test_openmp_loaded_before_autotune_is_warned_about():

@@ -1,0 +1,66 @@
+"""How a CPU plan's two thread pools share the cores: settings applied before either runtime loads.
+
+A CPU plan alternates OpenMP loop groups (the generated C, libgomp) with GEMMs (NumPy's OpenBLAS),
+each runtime with its own threads on the same cores, and both spin-wait after their work ends
+before they sleep.  A spinning thread of one holds a core the other's next parallel region needs:
+
+* libgomp spins by default; measured on 2 cores, best plans, default vs ``OMP_WAIT_POLICY=
+  PASSIVE``: gated_mlp 28.0 -> 9.4 ms, attention 20.0 -> 7.2 ms, trimul_incoming (N=256)
+  398 -> 331 ms.
+* OpenBLAS's threads spin for 2^28 cycles (about 0.1 s) after every call unless
+  ``OPENBLAS_THREAD_TIMEOUT`` says fewer (2^4 is its floor: they sleep at once).  Measured on
+  2 cores, attention (S=256) candidates, the default vs 4, two alternating processes each: the
+  fused loop group after the q/k/v GEMMs 146 -> 104 ms, 75 -> 43 ms, 32 -> 17 ms; whole plans
+  up to 1.9x faster, and the default's times depended on what ran before (the source of
+  candidates measuring 2x their model for no feature of theirs).
+
+Both runtimes read their variable once, when they are loaded, so :func:`apply` runs at
+``import autotune``, before NumPy is imported; a value the user set wins.  A runtime loaded
+before that (``import numpy`` before ``import autotune``) keeps spinning, and
+:func:`warn_if_late` says so once, where plans are built.  Spawned measuring workers inherit the
+settings with the environment.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+
+# (variable, value, a substring of the runtime library's file name)
+SETTINGS = (("OMP_WAIT_POLICY", "PASSIVE", "libgomp"),
+            ("OPENBLAS_THREAD_TIMEOUT", "4", "openblas"))
+
+_late: list[str] = []
+
+
+def _loaded_libraries() -> str:
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:      # not Linux: nothing to tell
+        return ""
+
+
+def apply() -> None:
+    """Set each variable the user has not set; note those whose runtime is already loaded."""
+    maps = None
+    for var, value, lib in SETTINGS:
+        if var in os.environ:
+            continue
+        os.environ[var] = value
+        maps = _loaded_libraries() if maps is None else maps
+        if lib in maps:
+            _late.append(f"{var}={value}")
+
+
+def late() -> tuple[str, ...]:
+    """The settings that came after their runtime was loaded (so it ignores them)."""
+    return tuple(_late)
+
+
+def warn_if_late() -> None:
+    """One warning naming the settings a runtime loaded too early ignores, and the fix."""
+    if _late:
+        warnings.warn(f"a thread runtime was loaded before autotune (NumPy or torch imported "
+                      f"first), so its idle threads spin and slow the plans up to 2x; import "
+                      f"autotune first, or set {' '.join(_late)} in the environment before "
+                      f"starting Python", RuntimeWarning, stacklevel=3)
