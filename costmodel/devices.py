@@ -122,7 +122,9 @@ H200 = replace(H100, name="h200", bandwidth=0.85 * 4.8e12)
 CPU_DEFAULT = DeviceSpec("cpu", "cpu", f32_flops=157e9, tf32_flops=0.0, bf16_flops=0.0,
                          gemm_flops=90e9, loop_flops=20e9, bandwidth=10e9, cache_bytes=32e6,
                          launch_s=4.7e-6, parallel_units=2, transcendental_flops=10.0,
-                         vector_width=8, tile_overhead_s=0.2e-6,
+                         # tile_overhead_s: the calibration's tile probe there, 10.3 ns
+                         # (the 0.2 us before it over-priced one-element tiles ~10x)
+                         vector_width=8, tile_overhead_s=10e-9,
                          region_s=0.49e-6, thread_start_s=6.7e-6, library_call_s=40e-6,
                          gemm_shapes=GemmShapes(skinny_k=0.6, skinny_mn=1.9, batched_small=1.1),
                          access=AccessCosts(strided_read=38.0, strided_write=27.0,

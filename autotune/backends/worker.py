@@ -19,7 +19,6 @@ import signal
 import statistics
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -32,52 +31,10 @@ from autotune.backends.base import (Arrays, BackendKind, BufferPool, Leniency, M
                                     MeasureSettings, Plan, PlanFactory, verify)
 from autotune.backends.confirm import ConfirmReply, ConfirmRequest, run_confirmation
 from autotune.backends.load import LoadProbe, LoadWatch, NoProbe, machine_probe
+from autotune.backends.pipe import (MeasureReply, MeasureRequest, Ready, Shutdown,  # noqa: F401
+                                    WorkerError, WorkerSpec)
 from autotune.backends.stops import (CappedWatch, arm_run_timeout, crash_message,  # noqa: F401
                                      die_with_parent, run_cap_message, timeout_message)
-
-
-@dataclass(frozen=True)
-class WorkerSpec:
-    """What a worker needs to rebuild the workload and its data on its own."""
-    workload: str                  # built-in name or path
-    dims: tuple[tuple[str, int], ...]
-    seed: int
-    cache_dir: str
-    device: str = "cpu"            # the backend kind's name: whose plans the worker builds
-
-
-@dataclass(frozen=True)
-class MeasureRequest:
-    """Parent to worker: measure one candidate against the best time so far."""
-    candidate: Candidate
-    settings: MeasureSettings
-    best_s: float | None
-    timeout_s: float | None = None      # the worker stops itself past this (None: never)
-    leniency: Leniency = Leniency()     # how far off the best one run may be (see Cutoff)
-
-
-@dataclass(frozen=True)
-class Shutdown:
-    """Parent to worker: exit."""
-
-
-@dataclass(frozen=True)
-class Ready:
-    """Worker to parent, once: inputs and reference are in place, requests are served."""
-
-
-@dataclass(frozen=True)
-class WorkerError:
-    """Worker to parent: it failed (to start, or later) and exits."""
-    error: str
-
-
-@dataclass(frozen=True)
-class MeasureReply:
-    """Worker to parent: a candidate's measurement, and the bytes the worker's buffer pool
-    now holds for the next candidate (the parent's memory check counts them as free)."""
-    measurement: Measurement
-    pooled_bytes: int
 
 
 # The parent waits this much longer than the worker's own run timeout before it kills the worker

@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from autotune.backends.cpu.kernel_probe import DEFAULT_SAMPLES
 from autotune.cli.common import (DEFAULT_WORKLOAD, CliError, Db, Dims, Format, RunDevice,
                                  WorkloadArg, _api, choice, handled, load)
 from autotune.report.units import fmt_s
@@ -113,7 +114,7 @@ def calibrate(device: str = typer.Option("cpu", help="only cpu: GPU specs are da
               repeats: int = typer.Option(3, min=1, help="at least this many runs per probe (the "
                                                            "best counts)"),
               kernel_samples: int = typer.Option(
-                  24, "--kernel-samples", min=0,
+                  DEFAULT_SAMPLES, "--kernel-samples", min=0,
                   help="random configurations of the generated kernel timed per shape class "
                        "(0: its terms are not measured)")):
     """Measure every term of this machine's cpu cost model: GEMM rates by shape class,

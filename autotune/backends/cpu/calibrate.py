@@ -23,7 +23,8 @@ from db.store import default_db_path
 # 1: gemm_flops, bandwidth, loop_flops, f32_flops, parallel_units, cache_bytes
 # 2: + GEMM shape classes, access patterns, function costs, launch/region/thread/library call
 # 3: + the generated kernel's rate and parameter factors (kernel_flops, kernel)
-CALIBRATION_VERSION = 3
+# 4: + the loop groups' per-tile overhead (tile_overhead_s)
+CALIBRATION_VERSION = 4
 CALIBRATION_FILE = "calibration-cpu.json"
 DEFAULT_GEMM_N = 2048
 DEFAULT_COPY_MB = 256
@@ -88,7 +89,7 @@ _FIELDS = {"gemm_flops": (float, False), "bandwidth": (float, False),
            "cache_bytes": (float, False), "parallel_units": (int, False),
            "launch_s": (float, False), "region_s": (float, True),
            "thread_start_s": (float, True), "library_call_s": (float, True),
-           "kernel_flops": (float, False)}
+           "kernel_flops": (float, False), "tile_overhead_s": (float, False)}
 # nested dataclasses of positive floats (and the few that may be 0)
 _SECTIONS = ("gemm_shapes", "access", "functions", "kernel")
 _ZERO_OK = {"kernel.barrier_s"}

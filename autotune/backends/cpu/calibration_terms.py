@@ -29,6 +29,7 @@ from autotune.backends.cpu.machine import machine_bounds
 
 LOOP_FRACTION = 0.15   # generated loop nests vs. BLAS, when the loop rate is not measured
 MIN_LAUNCH_S = 1e-6    # a call from Python never costs less, whatever the noise subtracts
+MIN_TILE_S = 5e-9      # a tile's bounds and loop set-up: a few dozen instructions at least
 
 
 def _cores() -> int:
@@ -101,6 +102,7 @@ def measure(gemm_n: int, copy_mb: float, repeats: int, cache_dir: Path,
         if peak is not None:
             ev["peak_flops"] = peak
         ev["region_s"], ev["region_thread_s"], ev["threads"] = probes.region_times(lib, repeats)
+        ev["tile_s"] = probes.tile_time(lib, repeats)
         fn_s = _errors(lambda: probes.function_times(lib, repeats), errors, "functions")
         if fn_s is not None:
             ev["function_s"] = fn_s
@@ -150,6 +152,9 @@ def terms(ev: dict, cores: int) -> dict:
     if "region_s" in ev:
         out["region_s"], out["thread_start_s"] = ev["region_s"], ev["region_thread_s"]
         region = ev["region_s"] + ev["region_thread_s"] * (cores - 1)
+    if "tile_s" in ev:
+        # the floor keeps a tile's member loops' set-up, which the empty probe tiles lack
+        out["tile_overhead_s"] = max(ev["tile_s"], MIN_TILE_S)
     if "function_s" in ev:
         out["functions"] = {fn: max(1.0, s * loop_flops) for fn, s in ev["function_s"].items()
                             if fn != "ref"}
@@ -213,6 +218,10 @@ def report_lines(rec: dict) -> list[str]:
         out.append(f"region:     {rec['region_s'] * 1e6:.2f} us per parallel region, + "
                    f"{rec['thread_start_s'] * 1e6:.2f} us per thread beyond the first "
                    f"({ev.get('threads', '?')} threads)")
+    if "tile_overhead_s" in rec:
+        out.append(f"tiles:      {rec['tile_overhead_s'] * 1e9:.1f} ns of one core per tile a "
+                   f"loop group deals out (dynamic schedule, empty tiles: "
+                   f"{ev.get('tile_s', math.nan) * 1e9:.1f} ns)")
     if "launch_s" in rec:
         out.append(f"launch:     {rec['launch_s'] * 1e6:.1f} us per group call  (a loop group "
                    f"{ev['loop_group_call_s'] * 1e6:.1f} us in all, less its region)")

@@ -29,7 +29,7 @@ from search_spaces.workload import Workload
 
 from autotune import threads
 from autotune.backends.base import Arrays, BufferPool, Cutoff, group_medians, timed_runs
-from autotune.backends.cpu.codegen import generate, generate_units
+from autotune.backends.cpu.codegen import generate_units
 from autotune.backends.cpu.gemm_call import GemmKernel, kernel_spec
 from autotune.backends.cpu.gemm_driver import kernel_source
 from autotune.backends.cpu.gemm_kernel import KernelSpec
@@ -135,7 +135,6 @@ class CompiledPlan:
         self.w, self.cand = w, cand
         self.dtype = np.dtype(w.dtype)
         units = generate_units(w, cand)
-        self.source = generate(w, cand)[0]
         # one library per group: a neighbouring candidate recompiles only the groups it changes
         specs = {s.anchor: kernel_spec(w, cand, s.anchor) for s in cand.schedules
                  if s.impl == IMPL_KERNEL}

@@ -143,6 +143,20 @@ void probe_regions(long reps, int threads) {
         for (long t = 0; t < 64; t++) __asm__ volatile("" ::: "memory");
     }
 }
+/* as a loop group deals its tiles (dynamic schedule, one tile a step), each tile a bounded
+   loop over its elements of y (in cache) */
+void probe_tiles(float *restrict y, long n, long tile, long reps) {
+    long ntiles = (n + tile - 1) / tile;
+    for (long r = 0; r < reps; r++) {
+        #pragma omp parallel for schedule(dynamic, 1)
+        for (long t = 0; t < ntiles; t++) {
+            long lo = t * tile, hi = lo + tile < n ? lo + tile : n;
+            #pragma omp simd
+            for (long i = lo; i < hi; i++) y[i] = y[i] * 0.5f + 1.0f;
+        }
+        __asm__ volatile("" : : "r"(y) : "memory");
+    }
+}
 int probe_max_threads(void) { return omp_get_max_threads(); }
 """ + funcs
 
@@ -156,6 +170,7 @@ def load_probes(cache_dir: Path) -> ctypes.CDLL:
     lib.probe_strided.restype = ctypes.c_double
     lib.probe_transpose.argtypes = [P, P, L, L]
     lib.probe_regions.argtypes = [L, ctypes.c_int]
+    lib.probe_tiles.argtypes = [P, L, L, L]
     lib.probe_max_threads.restype = ctypes.c_int
     lib.autotune_peak.argtypes = [L, ctypes.POINTER(ctypes.c_int)]
     lib.autotune_peak.restype = ctypes.c_double
@@ -211,6 +226,20 @@ def region_times(lib, repeats: int, reps: int = 200) -> tuple[float, float, int]
     if threads == 1:
         return one, 0.0, 1
     return one, max(t["all"] / reps - one, 0.0) / (threads - 1), threads
+
+
+def tile_time(lib, repeats: int, n: int = 1 << 16, reps: int = 5) -> float:
+    """Seconds of one core per tile a loop group deals out (the dynamic schedule's step, the
+    tile's bounds and loop set-up): an in-cache update of ``n`` floats in tiles of one element
+    against one tile per thread, regions back to back."""
+    threads = max(1, int(lib.probe_max_threads()))
+    y = np.ones(n, dtype=np.float32)
+    t = best_times({"many": lambda r: lib.probe_tiles(y.ctypes.data, n, 1, reps),
+                    "few": lambda r: lib.probe_tiles(y.ctypes.data, n, -(-n // threads), reps)},
+                   repeats)
+    if not np.isfinite(y).all():
+        raise RuntimeError("the tile probe produced non-finite values")
+    return max(t["many"] - t["few"], 0.0) / reps * threads / (n - threads)
 
 
 def function_times(lib, repeats: int, reps: int = 50) -> dict[str, float]:
