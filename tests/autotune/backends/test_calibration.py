@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from autotune.backends.cpu import calibrate as cal
 from autotune.backends.cpu import host_probes, probes
-from autotune.backends.cpu.calibration_terms import gemm_factors, report_lines, terms
+from autotune.backends.cpu.calibration_terms import MIN_TILE_S, gemm_factors, report_lines, terms
 from autotune.cli.app import app
 from costmodel.devices import CPU_DEFAULT, TRANSCENDENTALS, AccessCosts, GemmShapes
 from costmodel.rates import gemm_rate
@@ -53,6 +53,8 @@ def test_compute_probes_on_a_tiny_size(lib):
     assert positive(probes.peak_flops(lib, 1, iters=10_000))
     one, per_thread, threads = probes.region_times(lib, 1, reps=10)
     assert positive(one) and math.isfinite(per_thread) and per_thread >= 0 and threads >= 1
+    tile = probes.tile_time(lib, 1, n=4096, reps=2)
+    assert math.isfinite(tile) and tile >= 0
     fn_s = probes.function_times(lib, 1, reps=2)
     assert set(fn_s) == {"ref", *TRANSCENDENTALS}
     assert positive(fn_s["ref"])
@@ -83,7 +85,7 @@ def test_terms_from_the_raw_measurements():
     ev = {"gemm_flops": 1e11, "gemm_class_flops": {"skinny_k": 5e10},
           "numpy_copy_bandwidth": 2e10, "copy_bandwidth": 3e10,
           "strided_read_bandwidth": 1e9, "transpose_bandwidth": 2e9,
-          "region_s": 1e-6, "region_thread_s": 4e-6, "threads": 3,
+          "region_s": 1e-6, "region_thread_s": 4e-6, "threads": 3, "tile_s": 2e-8,
           "function_s": {"ref": 1e-10, "exp": 2e-10, "sqrt": 1e-12},
           "loop_group_call_s": 20e-6, "library_group_call_s": 50e-6}
     t = terms(ev, cores=3)
@@ -95,11 +97,15 @@ def test_terms_from_the_raw_measurements():
     # a loop group's call is its launch plus its region on 3 threads
     assert t["launch_s"] == pytest.approx(20e-6 - 1e-6 - 2 * 4e-6)
     assert t["library_call_s"] == pytest.approx(50e-6 - t["launch_s"])
+    assert t["tile_overhead_s"] == 2e-8
+    # an empty probe tile costs less than a real one: the floor keeps a tile's loop set-up
+    assert terms({**ev, "tile_s": 0.0}, cores=3)["tile_overhead_s"] == MIN_TILE_S > 0
     # no compiler: no pattern, function or region terms, NumPy's copy for the bandwidth
     bare = terms({k: ev[k] for k in ("gemm_flops", "gemm_class_flops", "numpy_copy_bandwidth",
                                      "library_group_call_s")}, cores=3)
     assert bare["bandwidth"] == 2e10 and bare["bandwidth_source"] == "np.copyto"
-    assert not {"access", "functions", "region_s", "launch_s", "f32_flops"} & set(bare)
+    assert not {"access", "functions", "region_s", "launch_s", "f32_flops",
+                "tile_overhead_s"} & set(bare)
     assert bare["library_call_s"] == pytest.approx(50e-6 - CPU_DEFAULT.launch_s)
 
 
@@ -109,7 +115,7 @@ def full_record() -> dict:
     return {"version": cal.CALIBRATION_VERSION, "gemm_flops": 1e11, "bandwidth": 2e10,
             "loop_flops": 2e10, "f32_flops": 2e11, "parallel_units": 4, "cache_bytes": 1e6,
             "launch_s": 3e-6, "region_s": 1e-6, "thread_start_s": 0.0, "library_call_s": 4e-5,
-            "gemm_shapes": {"skinny_k": 0.7, "skinny_mn": 1.3, "batched_small": 0.9},
+            "tile_overhead_s": 2e-8, "gemm_shapes": {"skinny_k": 0.7, "skinny_mn": 1.3, "batched_small": 0.9},
             "access": {"strided_read": 25.0, "strided_write": 40.0, "transpose_copy": 20.5},
             "functions": {"exp": 5.0, "tanh": 300.0}, "evidence": {"anything": 1}}
 
@@ -122,6 +128,7 @@ def test_a_current_record_round_trips(tmp_path):
     assert (spec.gemm_flops, spec.bandwidth, spec.parallel_units) == (1e11, 2e10, 4)
     assert (spec.launch_s, spec.region_s, spec.thread_start_s, spec.library_call_s) == \
         (3e-6, 1e-6, 0.0, 4e-5)
+    assert spec.tile_overhead_s == 2e-8
     assert spec.gemm_shapes == GemmShapes(0.7, 1.3, 0.9)
     assert spec.access == AccessCosts(25.0, 40.0, 20.5)
     # functions the record names are set; the others keep the default's
