@@ -13,6 +13,7 @@ import math
 
 from search_spaces.chain import WALKED, Chain
 from search_spaces.chain_mask import mask_of, skipped_fraction
+from search_spaces.chain_walk import walk_innermost, walks_strided
 from search_spaces.footprint import tile_sizes
 
 from .devices import DeviceSpec
@@ -27,6 +28,32 @@ def chain_buffer_elems(chain: Chain, block: int, anchor, tiles) -> int:
     eff = tile_sizes(anchor, tiles)
     acc = math.prod(e for i, e in zip(anchor.parallel, eff) if common[i].startswith("x"))
     return block * (len(chain.scores) + 2) + acc
+
+
+def _lanes(w, chain: Chain, name: str, block: int, box: dict, layout_of,
+           dev: DeviceSpec) -> float:
+    """The share of the vector lanes op ``name``'s innermost loop fills: a score's reduction or
+    the accumulators' update runs the walk's block or its own index innermost
+    (search_spaces.chain_walk); an index shorter than the vector width fills part of it, a
+    strided walk runs scalar (as in an ordinary loop group).  Other members walk the block's
+    buffers."""
+    op = w.op(name)
+    if name == chain.contraction:
+        cm = chain.common(chain.anchor)     # the tile's free dims, as the loops nest them
+        free = [cm[i] for i in w.op(chain.anchor).parallel if cm[i].startswith("x")]
+        if not free:
+            return 1.0
+        inner, ext = free[-1], box[free[-1]]
+    elif name in chain.scores and op.reduction:
+        inner = chain.common(name)[op.reduction[-1]]
+        ext = op.extent(op.reduction[-1])
+    else:
+        return 1.0
+    if walk_innermost(w, chain, name, inner, layout_of):
+        return min(1.0, block / dev.vector_width)
+    vec = min(1.0, ext / dev.vector_width)
+    return min(vec, 1.0 / dev.vector_width) if walks_strided(w, chain, name, inner,
+                                                              layout_of) else vec
 
 
 def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: DeviceSpec,
@@ -63,7 +90,8 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
         flops += runs * f
         trans += runs * t
         recomputed += (runs - op.iterations) * f
-        compute_s += runs * (f + transcendental_weight(op.expr, dev)) / dev.loop_flops
+        compute_s += runs * (f + transcendental_weight(op.expr, dev)) \
+            / (dev.loop_flops * _lanes(w, chain, name, block, box, layout_of, dev))
         names = chain.common(name)
         for a in op.reads():
             if a.tensor in chain.members:

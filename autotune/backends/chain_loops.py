@@ -18,7 +18,7 @@ import math
 
 from search_spaces.chain import WALKED, Chain
 from search_spaces.chain_mask import SKIP_MARGIN, c_never, mask_of
-from search_spaces.footprint import strides
+from search_spaces.chain_walk import walk_innermost
 from search_spaces.ir import Access
 
 
@@ -84,25 +84,8 @@ class ChainLoops:
         return head + [f"{ind}for ({self.itype} c_{WALKED} = jb; c_{WALKED} < je; "
                        f"{self.step('c_' + WALKED)}) {{ {body} }}"]
 
-    def walks_strided(self, name: str, common: str) -> bool:
-        """Whether op ``name`` reads a tensor from memory with a stride along the index the
-        chain calls ``common``."""
-        op = self.w.op(name)
-        idx = [i for i, c in self.chain.common(name).items() if c == common]
-        for a in op.reads():
-            if not idx or idx[0] not in a.idx or a.tensor in self.chain.members:
-                continue
-            if strides(self.w.shapes[a.tensor], self.layout_of(a.tensor))[
-                    a.idx.index(idx[0])] != 1:
-                return True
-        return False
-
     def walk_innermost(self, name: str, common: str) -> bool:
-        """Whether op ``name``'s loop over a block of the walked index goes innermost, inside
-        its loop over ``common``: when memory is contiguous along the walk and strided along
-        ``common``.  (attention with v stored [h][d][j]: the accumulator update over d,
-        innermost, gathered v at a stride of S and ran 89 ms where j innermost runs 7.)"""
-        return self.walks_strided(name, common) and not self.walks_strided(name, WALKED)
+        return walk_innermost(self.w, self.chain, name, common, self.layout_of)
 
     def score(self, t: str, ind: str) -> list[str]:
         op, var, T = self.w.op(t), self.cvars(t), self.ctype
