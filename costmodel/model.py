@@ -93,6 +93,9 @@ def _library_group(w, g: Group, layout_of, dev: DeviceSpec, item: int) -> GroupC
             # one): a separate transposing pass, not overlapped with the GEMM, which walks one
             # side with a stride and so moves whole lines for single elements
             copy_bytes += 2 * nbytes * dev.access.transpose_copy
+    if form.scale != 1.0:
+        # the executor applies a contraction's scale in a pass over the smallest of A, B, C
+        copy_bytes += 2 * item * min(b_ * m * k, b_ * k * n, b_ * m * n)
     t, bound = _roofline(flops, gemm_rate(dev, b_, m, n, k), bytes_, dev, 1)
     t += copy_bytes / dev.bandwidth
     return GroupCost(ops=(op.out,), anchor=op.out, impl=IMPL_LIBRARY, tiles=(),

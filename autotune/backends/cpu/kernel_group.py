@@ -1,6 +1,6 @@
 """Running one kernel group of a plan on the executor's arrays: the contraction's operands
 and the group's result as (batch, rows, cols) arrays (views where the layouts allow, copies
-where not), the epilogue's extra arrays, and the call.  :func:`as3` and :func:`view3` serve the
+where not, kept from call to call: :mod:`.staging`), the epilogue's extra arrays, and the call.  :func:`as3` and :func:`view3` serve the
 library GEMM path too.
 """
 from __future__ import annotations
@@ -14,6 +14,7 @@ from search_spaces.workload import Workload
 
 from autotune.backends.cpu.gemm_call import GemmKernel, operand_source, result_of
 from autotune.backends.cpu.gemm_transforms import kernel_transforms, transform_arrays
+from autotune.backends.cpu.staging import Staging
 
 
 def view3(arr: np.ndarray, idx: tuple[str, ...], groups3) -> tuple[np.ndarray, np.ndarray | None]:
@@ -21,29 +22,39 @@ def view3(arr: np.ndarray, idx: tuple[str, ...], groups3) -> tuple[np.ndarray, n
     cols), and its 3-d view (None where no view can express it)."""
     t = arr.transpose([idx.index(i) for g in groups3 for i in g])
     shape = [int(np.prod([arr.shape[idx.index(i)] for i in g], dtype=np.int64)) for g in groups3]
-    v = t.view()
-    try:
-        v.shape = shape      # raises if a view cannot express it
-    except AttributeError:
-        return t, None
-    return t, v
+    # each group's axes (consecutive in t) merge into one when each steps over the next's
+    # whole extent.  Decided from the strides: NumPy's own test (setting .shape, or reshape
+    # without copy=False) builds the copy first, 10-50 ms for a 67 MB array, every call.
+    strides, k = [], 0
+    for g in groups3:
+        axes = [a for a in range(k, k + len(g)) if t.shape[a] != 1]
+        k += len(g)
+        if any(t.strides[a] != t.strides[b] * t.shape[b] for a, b in zip(axes, axes[1:])):
+            return t, None
+        strides.append(t.strides[axes[-1]] if axes else t.itemsize)
+    return t, np.lib.stride_tricks.as_strided(t, shape, strides)
 
 
-def as3(arr: np.ndarray, idx: tuple[str, ...], groups3) -> np.ndarray:
-    """View (or, if impossible, copy) of ``arr`` (indexed by ``idx``) as (batch, rows, cols)."""
+def as3(arr: np.ndarray, idx: tuple[str, ...], groups3, stage: Staging | None = None,
+        name: str = "") -> np.ndarray:
+    """View (or, if impossible, copy) of ``arr`` (indexed by ``idx``) as (batch, rows, cols);
+    the copy goes to ``stage``'s matrix ``name`` when there is a stage."""
     t, v = view3(arr, idx, groups3)
     if v is not None:
         return v
-    return t.reshape([int(np.prod([arr.shape[idx.index(i)] for i in g], dtype=np.int64))
-                      for g in groups3])
+    shape = [int(np.prod([arr.shape[idx.index(i)] for i in g], dtype=np.int64))
+             for g in groups3]
+    return t.reshape(shape) if stage is None else stage.matrix(name, t, shape)
 
 
 class KernelGroup:
     """The kernel group anchored at ``anchor`` of ``cand`` (on the workload ``w`` it runs),
     called with the plan's arrays by tensor name: writes the group's result in place."""
 
-    def __init__(self, w: Workload, cand: Candidate, anchor: str, kernel: GemmKernel):
-        self.w, self.kernel = w, kernel
+    def __init__(self, w: Workload, cand: Candidate, anchor: str, kernel: GemmKernel,
+                 stage: Staging | None = None):
+        self.w, self.kernel, self.anchor = w, kernel, anchor
+        self.stage = stage or Staging()
         parts = kernel_parts(w, cand.fused_pairs, anchor)
         self.form = gemm_form(w.op(parts.contraction))
         self.a, self.b = operand_source(w, parts, "a"), operand_source(w, parts, "b")
@@ -52,12 +63,13 @@ class KernelGroup:
 
     def __call__(self, env: dict[str, np.ndarray]) -> None:
         f = self.form
-        a = as3(env[self.a[0]], self.a[1], (f.batch, f.m, f.k))
-        b = as3(env[self.b[0]], self.b[1], (f.batch, f.k, f.n))
+        st, k = self.stage, self.anchor
+        a = as3(env[self.a[0]], self.a[1], (f.batch, f.m, f.k), st, f"{k}:a")
+        b = as3(env[self.b[0]], self.b[1], (f.batch, f.k, f.n), st, f"{k}:b")
         t, c = view3(env[self.out], self.idx, (f.batch, f.m, f.n))
-        target = c if c is not None else np.empty((a.shape[0], a.shape[1], b.shape[2]),
-                                                  dtype=a.dtype)
+        target = c if c is not None else st.scratch(f"{k}:c", (a.shape[0], a.shape[1],
+                                                               b.shape[2]), a.dtype)
         extra = transform_arrays(self.w, self.extras, env)
         self.kernel(a, b, target, f.scale, extra)     # the contraction's scale as alpha
         if c is None:
-            t[...] = target.reshape(t.shape)
+            st.copy(t, target.reshape(t.shape))
