@@ -2,6 +2,8 @@
 and small readers of the trial rows a search leaves in the plan database."""
 from __future__ import annotations
 
+import dataclasses
+
 from costmodel import estimate
 from costmodel.devices import CPU_DEFAULT
 from db.keys import SCHEMA_VERSION, PlanKey, canonical_json
@@ -15,7 +17,11 @@ from autotune.backends.fake import FakeBackend
 from autotune.search.config import SearchConfig, SearchResult
 from autotune.search.loop import search
 
-DEV = CPU_DEFAULT
+# The model these searches run on is pinned: the tests' premises (at the small dims, some
+# random candidates beat every named plan in prediction, and the named plans' order) were
+# written against a per-tile overhead of 0.2 us. The cpu preset's measured 10 ns makes greedy's
+# one-element tiles the favourite at these dims and would leave the tests asserting less.
+DEV = dataclasses.replace(CPU_DEFAULT, tile_overhead_s=0.2e-6)
 NAMED = ("unfused", "heuristic", "greedy")
 REUSED = "same candidate as an earlier trial"
 # a small model pool, no climbing, the random sampler (TPE's own sampling costs ~20 ms a
