@@ -1,62 +1,25 @@
 """The drop-in triangle multiplicative updates: an OpenFold-named state dict loads, and the
-update matches a module written here from the AlphaFold 2 equations, evaluated in float64."""
+update matches a module written from the AlphaFold 2 equations (bench/alphafold_modules.py),
+evaluated in float64."""
 from __future__ import annotations
 
-import math
+import json
 
 import pytest
 
+from tests.support import load_script
 from tests.support.skips import require
 
 torch = require("torch")
-from torch import nn  # noqa: E402
 
 from autotune.torch import (TriangleMultiplicationIncoming,  # noqa: E402
                             TriangleMultiplicationOutgoing)
 
+_ref = load_script("alphafold_modules")       # the equations in plain PyTorch (bench/ shares it)
+AlphaFoldUpdate, OPENFOLD_NAMES, random_state = (_ref.AlphaFoldUpdate, _ref.OPENFOLD_NAMES,
+                                                 _ref.random_state)
+
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::RuntimeWarning")
-OPENFOLD_NAMES = {f"{m}.{p}" for m in ("layer_norm_in", "linear_a_p", "linear_a_g", "linear_b_p",
-                                       "linear_b_g", "layer_norm_out", "linear_z", "linear_g")
-                  for p in ("weight", "bias")}
-
-
-class AlphaFoldUpdate(nn.Module):
-    """Algorithms 11 (outgoing) and 12 (incoming) of the AlphaFold 2 supplement, line by line."""
-
-    def __init__(self, c_z: int, c: int, outgoing: bool):
-        super().__init__()
-        self.outgoing = outgoing
-        self.layer_norm_in, self.layer_norm_out = nn.LayerNorm(c_z), nn.LayerNorm(c)
-        self.linear_a_p, self.linear_a_g = nn.Linear(c_z, c), nn.Linear(c_z, c)
-        self.linear_b_p, self.linear_b_g = nn.Linear(c_z, c), nn.Linear(c_z, c)
-        self.linear_g, self.linear_z = nn.Linear(c_z, c_z), nn.Linear(c, c_z)
-
-    def forward(self, z, mask):
-        z = self.layer_norm_in(z)                                              # line 1
-        m = mask[..., None]
-        a = m * torch.sigmoid(self.linear_a_g(z)) * self.linear_a_p(z)         # line 2
-        b = m * torch.sigmoid(self.linear_b_g(z)) * self.linear_b_p(z)
-        g = torch.sigmoid(self.linear_g(z))                                    # line 3
-        if self.outgoing:   # z_ij = sum_k a_ik * b_jk
-            t = torch.einsum("...ikc,...jkc->...ijc", a, b)
-        else:               # z_ij = sum_k a_ki * b_kj
-            t = torch.einsum("...kic,...kjc->...ijc", a, b)
-        return g * self.linear_z(self.layer_norm_out(t))                       # line 4
-
-
-def random_state(c_z: int, seed: int) -> dict:
-    """An OpenFold-named state dict in float64: nn.Linear weights [out, in], non-zero biases."""
-    gen = torch.Generator().manual_seed(seed)
-    state = {}
-    for name in sorted(OPENFOLD_NAMES):
-        module, kind = name.split(".")
-        if module.startswith("layer_norm"):
-            shape, scale, shift = (c_z,), 0.1, 1.0 if kind == "weight" else 0.0
-        else:
-            shape = (c_z, c_z) if kind == "weight" else (c_z,)
-            scale, shift = (1 / math.sqrt(c_z) if kind == "weight" else 0.1), 0.0
-        state[name] = torch.randn(shape, generator=gen, dtype=torch.float64) * scale + shift
-    return state
 
 
 def rel_err(got, want) -> float:
@@ -128,3 +91,25 @@ def test_under_torch_compile():
 def test_a_hidden_width_other_than_c_z_is_refused():
     with pytest.raises(ValueError, match="c_hidden=16 != c_z=8"):
         TriangleMultiplicationOutgoing(8, 16)
+
+
+def test_the_module_bench_checks_and_times_every_contender(fast_tmp, monkeypatch, capsys):
+    """bench/torch_module.py at a tiny N: the four contenders verified against float64 and timed
+    in every round, the drop-ins' plan source recorded (nothing tuned here: the heuristic)."""
+    bench = load_script("torch_module")
+    out = fast_tmp / "results"
+    monkeypatch.setattr("sys.argv", ["torch_module.py", "--n", "8", "--c", "8", "--rounds", "2",
+                                     "--compile-backend", "aot_eager", "--out", str(out),
+                                     "--db", str(fast_tmp / "p.sqlite")])
+    bench.main()
+    rec = json.loads((out / "torch-module-pairblock-C8-cpu.json").read_text())
+    (res,) = rec["results"]
+    assert res["n"] == 8 and set(res["plans"]) == {"trimul_outgoing", "trimul_incoming"}
+    assert all(p["source"] == "heuristic" for p in res["plans"].values())
+    rows = res["contenders"]
+    assert set(rows) == {"reference eager", "reference torch.compile", "autotune eager",
+                         "autotune torch.compile"}
+    for r in rows.values():
+        assert r["status"] == "ok" and r["rel_err"] < 1e-3 and len(r["times_s"]) == 2
+        assert r["median_s"] > 0 and r["ratio_to_fastest_reference"] > 0
+    assert "autotune torch.compile" in capsys.readouterr().out
