@@ -11,6 +11,9 @@ the branches, so a masked factor is one more operand of the contraction.
 """
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 
 from search_spaces.ir import Access, Binary, Const, Expr, Op, Pow, Select, Unary, index_names
@@ -202,3 +205,24 @@ def _last_use(workload: Workload) -> dict[str, int]:
         for t in op.inputs():
             last[t] = k
     return last
+
+
+# ---- the reference's cache on disk (a measuring worker's, beside its compiled kernels) ----------
+def reference_path(cache_dir: Path, whash: str, seed: int) -> Path:
+    return cache_dir / "refs" / f"{whash[:32]}-seed{seed}"
+
+
+def load_or_compute_reference(w, inputs, cache_dir: Path, seed: int) -> dict[str, np.ndarray]:
+    """The float64 reference for (workload, dims, seed), cached as .npy files (no pickle)."""
+    folder = reference_path(cache_dir, w.hash, seed)
+    try:
+        return {o: np.load(folder / f"{o}.npy", allow_pickle=False) for o in w.outputs}
+    except (OSError, ValueError):
+        pass
+    ref = reference(w, inputs)
+    folder.mkdir(parents=True, exist_ok=True)
+    for o, arr in ref.items():
+        tmp = folder / f".{o}.{os.getpid()}.npy"
+        np.save(tmp, arr, allow_pickle=False)
+        os.replace(tmp, folder / f"{o}.npy")
+    return ref

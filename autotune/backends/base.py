@@ -283,6 +283,11 @@ class Backend(Protocol):
         order, in one process.  ``timeout_s`` bounds the whole confirmation."""
         ...
 
+    def prepare(self) -> None:
+        """Start what the first measurement needs (a worker, its inputs, the float64
+        reference) in the background, so that it overlaps the caller's own work."""
+        ...
+
     def reclaimable_bytes(self) -> int:
         """Memory the backend holds for the next candidate: free for it, though the OS counts
         it as used."""

@@ -79,6 +79,7 @@ class FakeBackend:
         self.results: list[Measurement] = []
         self.confirms: list[tuple[tuple[Candidate, ...], int]] = []
         self.closed = False
+        self.prepared_after: int | None = None   # measurements made when prepare() came
         self._predicted: dict[str, CostEstimate] = {}
 
     def run_time(self, cand: Candidate, run: int) -> float:
@@ -161,6 +162,9 @@ class FakeBackend:
         if sum(spent) > timeout_s or any(self.hangs(c) for c in cands):
             return [Measurement(Status.FAILED, error=timeout_message(timeout_s))] * len(cands)
         return out
+
+    def prepare(self) -> None:
+        self.prepared_after = len(self.calls)    # nothing to start: noted for the tests
 
     def reclaimable_bytes(self) -> int:
         return 0                         # holds no memory between candidates

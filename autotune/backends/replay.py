@@ -95,6 +95,10 @@ class ReplayBackend:
         return [self.confirmed.get(c.key) or extra.get(c.key) or
                 Measurement(Status.FAILED, error=NOT_RECORDED) for c in cands]
 
+    def prepare(self) -> None:
+        if self.fallback is not None:
+            self.fallback.prepare()
+
     def reclaimable_bytes(self) -> int:
         return self.fallback.reclaimable_bytes() if self.fallback is not None else 0
 

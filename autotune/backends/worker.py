@@ -21,8 +21,6 @@ import time
 import traceback
 from pathlib import Path
 
-import numpy as np
-
 from db.records import Status
 from search_spaces.candidate import Candidate
 from search_spaces.workload import Workload
@@ -35,32 +33,12 @@ from autotune.backends.pipe import (MeasureReply, MeasureRequest, Ready, Shutdow
                                     WorkerError, WorkerSpec)
 from autotune.backends.stops import (CappedWatch, arm_run_timeout, crash_message,  # noqa: F401
                                      die_with_parent, run_cap_message, timeout_message)
+from autotune.reference import load_or_compute_reference
 
 
 # The parent waits this much longer than the worker's own run timeout before it kills the worker
 # itself: the worker's alarm normally ends a hung candidate first.
 PARENT_GRACE_S = 5.0
-
-
-def reference_path(cache_dir: Path, whash: str, seed: int) -> Path:
-    return cache_dir / "refs" / f"{whash[:32]}-seed{seed}"
-
-
-def load_or_compute_reference(w, inputs, cache_dir: Path, seed: int) -> dict[str, np.ndarray]:
-    """The float64 reference for (workload, dims, seed), cached as .npy files (no pickle)."""
-    from autotune.reference import reference
-    folder = reference_path(cache_dir, w.hash, seed)
-    try:
-        return {o: np.load(folder / f"{o}.npy", allow_pickle=False) for o in w.outputs}
-    except (OSError, ValueError):
-        pass
-    ref = reference(w, inputs)
-    folder.mkdir(parents=True, exist_ok=True)
-    for o, arr in ref.items():
-        tmp = folder / f".{o}.{os.getpid()}.npy"
-        np.save(tmp, arr, allow_pickle=False)
-        os.replace(tmp, folder / f"{o}.npy")
-    return ref
 
 
 def _serve(conn, spec: WorkerSpec, make_plan: PlanFactory) -> None:
@@ -176,9 +154,15 @@ class WorkerHandle:
         self.spec, self.path, self.start_timeout_s = spec, make_plan_path, start_timeout_s
         self.proc = None
         self.conn = None
+        self.ready = False         # the running worker has said Ready
         self.pooled_bytes = 0      # bytes the worker's buffer pool holds for the next candidate
 
-    def _start(self) -> str | None:
+    def launch(self) -> None:
+        """Spawn the worker without waiting for it: it builds its inputs and loads or computes
+        the float64 reference (13-18 s at trimul N=702) while the caller goes on; the first
+        request waits for it to be ready."""
+        if self.proc is not None:
+            return
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
         proc = ctx.Process(target=worker_main, args=(child, self.spec, self.path, os.getpid()),
@@ -187,6 +171,17 @@ class WorkerHandle:
         self.proc = proc      # only a started process: kill() joins it
         child.close()
         self.conn = parent
+        self.ready = False
+
+    def _start(self) -> str | None:
+        """Launch the worker if it is not running and wait until it is ready (an error text
+        if it does not get there)."""
+        if self.proc is not None and self.ready and not self.proc.is_alive():
+            self.kill()       # died after serving: a new one (one that died starting says why)
+        self.launch()
+        if self.ready:
+            return None
+        parent = self.conn
         if not parent.poll(self.start_timeout_s):
             self.kill()
             return "worker did not start in time (reference computation too slow?)"
@@ -199,6 +194,7 @@ class WorkerHandle:
             self.kill()
             return reply.error if isinstance(reply, WorkerError) else \
                 f"worker sent {type(reply).__name__} while starting"
+        self.ready = True
         return None
 
     def measure(self, cand: Candidate, settings: MeasureSettings, timeout_s: float,
@@ -226,7 +222,7 @@ class WorkerHandle:
     def _ask(self, req, timeout_s: float | None, expect: type):
         """Send ``req`` and wait for its reply of type ``expect``; a failed Measurement when
         the worker cannot start, crashes, times out or answers otherwise."""
-        if self.proc is None or not self.proc.is_alive():
+        if self.proc is None or not self.proc.is_alive() or not self.ready:
             err = self._start()
             if err:
                 return Measurement(Status.FAILED, error=err)
@@ -258,6 +254,7 @@ class WorkerHandle:
             self.proc.join(5)
         self.proc = None
         self.conn = None
+        self.ready = False
 
     def close(self) -> None:
         if self.proc is not None and self.proc.is_alive():
@@ -290,6 +287,10 @@ class WorkerBackend:
         the order of each round is drawn from the search's seed."""
         return self.worker.confirm(ConfirmRequest(tuple(cands), rounds, self.settings,
                                                   self.worker.spec.seed, timeout_s))
+
+    def prepare(self) -> None:
+        """Start the worker now, in the background (see :meth:`WorkerHandle.launch`)."""
+        self.worker.launch()
 
     def reclaimable_bytes(self) -> int:
         """Memory the worker holds for the next candidate (its buffer pool): free for it."""

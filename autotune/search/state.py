@@ -104,6 +104,19 @@ class SearchState:
             return f"predicted {pred:.3g} s > {factor:g} x {self.best_pred:.3g} s"
         return None
 
+    def memory_refusal(self, cand: Candidate) -> str | None:
+        """Why ``cand`` cannot run in the memory there is now (None: it fits, or unknown)."""
+        avail = self.memory_available() if self.memory_available else None
+        if avail is not None and (need := memory_bytes(self.w, cand, self.threads)) > avail:
+            return memory_error(need, avail)
+        return None
+
+    def anything_runs(self) -> bool:
+        """Whether some named plan fits in memory: else the worker (and its float64
+        reference, as large as the workload's outputs) is not worth starting early."""
+        return any(self.memory_refusal(named_plan(self.space, n)) is None
+                   for n in ("unfused", "heuristic", "greedy"))
+
     def evaluate(self, trial) -> TrialOutcome:
         """Build the trial's candidate; prune it, refuse it for memory, or measure it."""
         config = self.config
@@ -124,9 +137,8 @@ class SearchState:
             error = REUSED
         elif (error := self.prune_reason(pred, corrected)) is not None:
             status, median = Status.PRUNED, None
-        elif (avail := self.memory_available() if self.memory_available else None) is not None \
-                and (need := memory_bytes(self.w, cand, self.threads)) > avail:
-            status, median, error = Status.FAILED, None, memory_error(need, avail)
+        elif (error := self.memory_refusal(cand)) is not None:
+            status, median = Status.FAILED, None
             self.measured[cand.key] = (status, median)
         else:
             runs = 2 + self.backend.settings.warmup + self.backend.settings.repeats

@@ -14,7 +14,8 @@ import pytest
 
 from autotune.backends.factory import backend_kind
 from autotune.backends.base import MeasureSettings
-from autotune.backends.worker import WorkerHandle, WorkerSpec, reference_path
+from autotune.backends.worker import WorkerHandle, WorkerSpec
+from autotune.reference import reference_path
 from search_spaces import load_workload
 from search_spaces.plans import named_plan
 from search_spaces.space import SearchSpace
@@ -71,6 +72,33 @@ def test_correct_candidate_is_timed_and_verified(w, plans, real, tmp_path):
     m2 = real.measure(plans["unfused"], QUICK, timeout_s=120, best_s=None)
     assert m2.status == "ok", m2.error
     assert real.proc.pid == pid
+
+
+def test_a_worker_launched_early_serves_the_first_candidate(w, plans, real, tmp_path):
+    """launch() returns before the worker is ready (it computes the reference meanwhile); the
+    first measure waits for that same process instead of starting another."""
+    t0 = time.monotonic()
+    real.launch()
+    assert real.proc is not None and real.proc.is_alive() and not real.ready
+    assert time.monotonic() - t0 < 5                     # did not wait for the reference
+    pid = real.proc.pid
+    real.launch()                                        # a second launch starts nothing
+    assert real.proc.pid == pid
+    m = real.measure(plans["heuristic"], QUICK, timeout_s=120, best_s=None)
+    assert m.status == "ok", m.error
+    assert real.ready and real.proc.pid == pid
+    assert reference_path(tmp_path, w.hash, SEED).is_dir()
+
+
+def test_a_launched_worker_that_dies_while_starting_costs_one_candidate(plans, real):
+    real.launch()
+    real.proc.kill()
+    real.proc.join(5)
+    m = real.measure(plans["heuristic"], QUICK, timeout_s=120, best_s=None)
+    assert m.status == "failed" and m.error == "worker died while starting"
+    m = real.measure(plans["heuristic"], QUICK, timeout_s=120, best_s=None)
+    assert m.status == "ok", m.error                     # the next one starts a new worker
+    assert real.ready and real.proc.is_alive()
 
 
 def test_far_slower_than_best_is_timed_once(plans, real):

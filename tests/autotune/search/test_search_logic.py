@@ -65,6 +65,12 @@ def test_a_budget_shorter_than_the_queue_runs_its_head(w, space, fresh_db):
     assert result.progress.done == 2
 
 
+def test_the_backend_starts_before_the_model_ranks_its_pool(w, space, fresh_db):
+    backend = FakeBackend(w, DEV)
+    run(w, space, fresh_db, dataclasses.replace(CHEAP, budget=4), backend)
+    assert backend.prepared_after == 0 and backend.calls
+
+
 # ---- pruning -------------------------------------------------------------------------------
 
 def test_a_huge_prune_factor_prunes_nothing(w, space, fast_tmp):
