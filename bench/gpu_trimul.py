@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     from autotune.backends.cuda.executor import CudaPlan, precision_of
     from autotune.environment import NoGPUError, detect, dist_version
     from autotune.backends.base import verify
-    from autotune.backends.worker import load_or_compute_reference
+    from autotune.reference import load_or_compute_reference
     from costmodel import estimate, preset
     from db.keys import PlanKey
     from db.records import Status
