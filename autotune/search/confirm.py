@@ -8,7 +8,8 @@ becomes the cached best, replacing a faster single run (:meth:`db.store.PlanDB.a
 which also stores the confirmation's runs as trials of the study ``<study>:confirm``).
 
 The finalists (:func:`pick_finalists`): the ``finalists`` fastest measured candidates, the named
-plans that were measured, those of the ``finalists`` candidates the model predicts fastest that
+plans that were measured (but those whose repeated runs were all far slower than the fastest
+measurement: :data:`OUT_OF_REACH`), those of the ``finalists`` candidates the model predicts fastest that
 were measured only once (a first run the early stop did not repeat) or under load (runs this
 process had to take while the machine was busy), and the best stored before the confirmation
 (another study's, say).
@@ -24,6 +25,7 @@ from db.store import PlanDB
 from search_spaces.candidate import Candidate
 from search_spaces.plans import NAMED_PLANS
 
+from autotune.backends.base import Leniency
 from autotune.search.config import Confirmation, SearchConfig
 from autotune.search.state import SearchState
 
@@ -44,11 +46,25 @@ class Finalist:
         return self.candidate.name or self.candidate.key[:12]
 
 
+# A named plan whose repeated, unloaded runs have a median this many times the fastest
+# measurement's (or more than the search's give-up band, if that is wider) is not confirmed:
+# it is slow, not unlucky.  At trimul N=702 the unfused plan (2.5x the best) took ~20 s of a
+# confirmation's ~55 s: three rounds of 4 s, its compile and its check.
+OUT_OF_REACH = 1.5
+
+
+def out_of_reach(t: StoredTrial, fastest: float, reach: float, loaded: frozenset[str]) -> bool:
+    return len(t.times) >= 2 and t.to_candidate().key not in loaded and \
+        t.measured_s is not None and t.measured_s > reach * fastest
+
+
 def pick_finalists(trials: list[StoredTrial], best: BestPlan | None, config: SearchConfig,
-                   loaded: frozenset[str] = frozenset()) -> list[Finalist]:
+                   loaded: frozenset[str] = frozenset(), reach: float = OUT_OF_REACH
+                   ) -> list[Finalist]:
     """The finalists among a search's ``trials`` (and the stored ``best``), in this order:
     fastest first, then named plans, the model's picks, the stored best; each once.
-    ``loaded``: keys of candidates measured under load."""
+    ``loaded``: keys of candidates measured under load; ``reach``: how many times the fastest
+    measurement a named plan's repeated runs may be and still be confirmed."""
     ok: dict[str, StoredTrial] = {}
     for t in trials:
         if t.status == Status.OK and not is_confirmation(t.study):
@@ -56,7 +72,9 @@ def pick_finalists(trials: list[StoredTrial], best: BestPlan | None, config: Sea
     n = config.finalists
     picks: list[tuple[StoredTrial, str]] = []
     picks += [(t, FASTEST) for t in sorted(ok.values(), key=lambda t: t.measured_s)[:n]]
-    picks += [(t, NAMED) for t in ok.values() if t.name in NAMED_PLANS]
+    fastest = min((t.measured_s for t in ok.values()), default=math.inf)
+    picks += [(t, NAMED) for t in ok.values() if t.name in NAMED_PLANS
+              and not out_of_reach(t, fastest, reach, loaded)]
     by_model = sorted(ok.values(), key=lambda t: t.predicted_s or math.inf)[:n]
     picks += [(t, MODEL) for t in by_model
               if len(t.times) <= 1 or t.to_candidate().key in loaded]
@@ -92,8 +110,9 @@ def confirm(s: SearchState, db: PlanDB, key: PlanKey, study: str, on_trial
     """Confirm the finalists of search ``study``; None when nothing was left to confirm or no
     finalist passed (the stored best is then unchanged)."""
     rounds = s.config.confirm_rounds
+    band = s.backend.settings.give_up_at(Leniency(s.noise.spread()))
     finals = pick_finalists(db.trials(key.key, study), db.best(key.key), s.config,
-                            frozenset(s.loaded))
+                            frozenset(s.loaded), max(OUT_OF_REACH, band))
     if not finals:
         return None
     prog = s.prog

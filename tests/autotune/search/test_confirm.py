@@ -13,7 +13,8 @@ from autotune.backends.base import Measurement
 from autotune.backends.factory import backend_kind
 from autotune.backends.fake import CONFIRM_RUNS, FakeBackend
 from autotune.report.best import best_report
-from autotune.search.confirm import FASTEST, MODEL, NAMED as NAMED_WHY, STORED, pick_finalists
+from autotune.search.confirm import (FASTEST, MODEL, NAMED as NAMED_WHY, OUT_OF_REACH, STORED,
+                                     pick_finalists)
 from costmodel import estimate
 from db.records import Status, TrialOutcome, confirmation_study, is_confirmation
 from db.store import PlanDB
@@ -68,7 +69,7 @@ def test_finalists_are_the_fastest_the_named_plans_the_models_single_runs_and_th
         if c.key not in {x.key for x in cands}:
             cands.append(c)
     k = fake_key(w)
-    heuristic = named_plan(space, "heuristic")
+    heuristic, unfused = named_plan(space, "heuristic"), named_plan(space, "unfused")
     rows = [  # (candidate, status, predicted, times)
         (cands[0], Status.OK, 5.0, (3.0, 3.1, 2.9)),
         (cands[1], Status.OK, 5.0, (1.0, 1.0, 1.0)),     # fastest
@@ -78,7 +79,8 @@ def test_finalists_are_the_fastest_the_named_plans_the_models_single_runs_and_th
         (cands[5], Status.OK, 0.1, (9.0,)),              # the model's top pick, given up
         (cands[6], Status.OK, 0.2, (8.0, 8.0, 8.0)),     # a model pick measured thrice
         (cands[7], Status.OK, 0.3, (8.5, 8.5, 8.5)),     # ... and one measured under load
-        (heuristic, Status.OK, 7.0, (7.0, 7.0, 7.0)),    # named
+        (heuristic, Status.OK, 7.0, (7.0, 7.0, 7.0)),    # named, 7x the fastest thrice
+        (unfused, Status.OK, 7.0, (7.0,)),               # named, 7x the fastest once
         (cands[8], Status.FAILED, 0.05, ()),             # failed: never a finalist
     ]
     for i, (c, status, pred, times) in enumerate(rows):
@@ -91,13 +93,19 @@ def test_finalists_are_the_fastest_the_named_plans_the_models_single_runs_and_th
     other = space.random(__import__("numpy").random.default_rng(99))
     fresh_db.append_trial(k, "tpe-seed1", TrialOutcome(other, Status.OK, 3.0, 0.5,
                                                        times=(0.5,)))
-    got = pick_finalists(fresh_db.trials(k.key, STUDY), fresh_db.best(k.key),
-                         dataclasses.replace(CHEAP, finalists=4), frozenset({cands[7].key}))
+    pick = lambda reach: pick_finalists(  # noqa: E731
+        fresh_db.trials(k.key, STUDY), fresh_db.best(k.key),
+        dataclasses.replace(CHEAP, finalists=4), frozenset({cands[7].key}), reach)
+    got = pick(10.0)
     assert [(f.candidate.key, f.why) for f in got] == [
         (cands[1].key, (FASTEST,)), (cands[2].key, (FASTEST,)), (cands[0].key, (FASTEST,)),
-        (cands[3].key, (FASTEST,)), (heuristic.key, (NAMED_WHY,)),
+        (cands[3].key, (FASTEST,)), (heuristic.key, (NAMED_WHY,)), (unfused.key, (NAMED_WHY,)),
         (cands[5].key, (MODEL,)), (cands[7].key, (MODEL,)), (other.key, (STORED,))]
-    assert got[0].measured_s == 1.0 and got[5].predicted_s == 0.1
+    assert got[0].measured_s == 1.0 and got[6].predicted_s == 0.1
+    # within the default reach (1.5x the fastest), a named plan that ran 7x slower three times
+    # is left out; one run of it is not enough to tell
+    assert [f.candidate.key for f in pick(OUT_OF_REACH)] == [
+        f.candidate.key for f in got if f.candidate.key != heuristic.key]
 
 
 def test_a_search_confirms_its_finalists_once_at_the_end(w, space, fresh_db):
@@ -113,7 +121,9 @@ def test_a_search_confirms_its_finalists_once_at_the_end(w, space, fresh_db):
     fastest = sorted(ok.values(), key=lambda r: r.measured_s)[:4]
     keys = [c.key for c in cands]
     assert keys[:4] == [cand_of(r).key for r in fastest]
-    assert {cand_of(r).key for r in ok.values() if r.name in NAMED} <= set(keys)
+    best = fastest[0].measured_s
+    assert {cand_of(r).key for r in ok.values() if r.name in NAMED and (
+        len(r.times) < 2 or r.measured_s <= OUT_OF_REACH * best)} <= set(keys)
     by_model = sorted(ok.values(), key=lambda r: r.predicted_s)[:4]
     assert {cand_of(r).key for r in by_model if len(r.times) == 1} <= set(keys)
     assert set(keys) <= set(ok)                        # never a failed or pruned candidate
