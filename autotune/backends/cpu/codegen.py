@@ -214,6 +214,10 @@ __attribute__((simd("notinbranch"))) float logf(float);
 __attribute__((simd("notinbranch"))) double exp(double);
 __attribute__((simd("notinbranch"))) double log(double);
 #endif
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(AUTOTUNE_LIBMVEC_TANH)
+__attribute__((simd("notinbranch"))) float tanhf(float);
+__attribute__((simd("notinbranch"))) double tanh(double);
+#endif
 """
 
 
