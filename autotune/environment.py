@@ -8,11 +8,12 @@ machines never need it.
 from __future__ import annotations
 
 import functools
-import os
 import platform
 import subprocess
 from dataclasses import dataclass, field
 from importlib import metadata
+
+from autotune.threads import cores
 
 DEVICES = ("cpu", "cuda", "auto")
 
@@ -105,18 +106,9 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown-cpu"
 
 
-def _usable_cores() -> int:
-    # Affinity, not os.cpu_count(): under taskset or a container quota the backend can
-    # only use these, and that is what its thread count follows.
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def detect_cpu() -> Environment:
     """The CPU this process runs on."""
-    return Environment(kind="cpu", name=_cpu_model(), cores=_usable_cores(),
+    return Environment(kind="cpu", name=_cpu_model(), cores=cores(),
                        libraries=_libraries())
 
 

@@ -64,3 +64,11 @@ def warn_if_late() -> None:
                       f"first), so its idle threads spin and slow the plans up to 2x; import "
                       f"autotune first, or set {' '.join(_late)} in the environment before "
                       f"starting Python", RuntimeWarning, stacklevel=3)
+
+
+def cores() -> int:
+    """The cores this process may run on (its affinity mask, where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1

@@ -13,7 +13,6 @@ returns the record, with the raw figures each term comes from under ``evidence``
 from __future__ import annotations
 
 import math
-import os
 import platform
 import time
 from dataclasses import replace
@@ -26,17 +25,11 @@ from costmodel.rates import gemm_rate
 
 from autotune.backends.cpu import host_probes, kernel_probe, probes
 from autotune.backends.cpu.machine import machine_bounds
+from autotune.threads import cores
 
 LOOP_FRACTION = 0.15   # generated loop nests vs. BLAS, when the loop rate is not measured
 MIN_LAUNCH_S = 1e-6    # a call from Python never costs less, whatever the noise subtracts
 MIN_TILE_S = 5e-9      # a tile's bounds and loop set-up: a few dozen instructions at least
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def _last_level_cache() -> int | None:
@@ -123,7 +116,7 @@ def measure(gemm_n: int, copy_mb: float, repeats: int, cache_dir: Path,
     rec = {"device": "cpu", "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "machine": platform.machine(), "processor": platform.processor(),
            "numpy": np.__version__, "gemm_n": int(gemm_n), "copy_bytes": int(n * 4),
-           "repeats": int(repeats), **terms(ev, _cores()), "evidence": ev}
+           "repeats": int(repeats), **terms(ev, cores()), "evidence": ev}
     if llc:
         rec["cache_bytes"] = llc
     rec.update({f"{k}_error": v for k, v in errors.items()})

@@ -6,11 +6,12 @@ import the executor (which compiles C and sets OpenMP's wait policy).
 from __future__ import annotations
 
 import functools
-import os
 import re
 from pathlib import Path
 
 from search_spaces.kernel import KernelBounds
+
+from autotune.threads import cores
 
 
 def _cache_size(text: str) -> int:
@@ -52,9 +53,5 @@ def machine_bounds() -> KernelBounds:
             continue
         if kind != "Instruction" and re.fullmatch(r"[123]", str(level)):
             sizes[level] = size
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
     return KernelBounds(widths, regs, sizes.get(1, d.l1_bytes), sizes.get(2, d.l2_bytes),
-                        sizes.get(3, d.l3_bytes), cores)
+                        sizes.get(3, d.l3_bytes), cores())

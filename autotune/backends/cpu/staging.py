@@ -11,20 +11,14 @@ priced the copy at the cores' transposing bandwidth.
 """
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from autotune.threads import cores
+
 # below this many bytes one thread copies: a hand-off to the pool costs tens of microseconds
 PARALLEL_COPY_BYTES = 1 << 20
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 class Staging:
@@ -32,7 +26,7 @@ class Staging:
     threads (NumPy releases the GIL while it copies)."""
 
     def __init__(self, threads: int | None = None):
-        self.threads = max(1, threads or _cores())
+        self.threads = max(1, threads or cores())
         self._scratch: dict[str, np.ndarray] = {}
         self._pool: ThreadPoolExecutor | None = None
 
