@@ -32,6 +32,7 @@ class Contender:
     rel_err: float | None = None
     build_s: float | None = None       # construction (compiles of plans, lowering of peers)
     first_call_s: float | None = None  # the checked run (JIT compiles of peers happen here)
+    calls_per_round: int = 1           # back-to-back calls a round's figure is the mean of
     error: str = ""
     note: str = ""
     detail: dict = field(default_factory=dict)

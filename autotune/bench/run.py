@@ -176,7 +176,9 @@ def run_bench(w: Workload, device: str = "cpu", peers=PEER_NAMES, rounds: int = 
         build(name, "peer", lambda name=name: PEER_BUILDERS[name](ctx))
 
     check_outputs(w, runners, rows, ref, say)
-    times = time_rounds(runners, rounds, seed, say)
+    times, calls = time_rounds(runners, rounds, seed, say)
+    for name, n in calls.items():
+        rows[name]["calls_per_round"] = n
     runners.clear()
 
     # -- the greedy plan: once, in a subprocess, after the rounds (no contention) -------------
@@ -214,7 +216,7 @@ def run_bench(w: Workload, device: str = "cpu", peers=PEER_NAMES, rounds: int = 
             ratio_to_floor=med / floor["floor_s"] if med is not None else None,
             predicted_s=info.get("predicted_s"), rel_err=info.get("rel_err"),
             build_s=info.get("build_s"), first_call_s=info.get("first_call_s"),
-            error=info.get("error", ""), note=info.get("note", ""),
+            calls_per_round=info.get("calls_per_round", 1), error=info.get("error", ""), note=info.get("note", ""),
             detail=info.get("detail", {})))
 
     if command is None:

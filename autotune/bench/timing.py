@@ -1,5 +1,5 @@
 """Checking and timing the contenders of a benchmark: every one verified against the reference
-before any timing, then interleaved rounds with a pause before each timed run."""
+before any timing, then interleaved rounds with a pause before each contender's turn."""
 from __future__ import annotations
 
 import random
@@ -47,10 +47,36 @@ def check_outputs(w: Workload, runners: dict, rows: dict, ref, say) -> None:
         say(f"{name}: rel err {err:.2g}  (first call {fmt_s(info['first_call_s'])})")
 
 
-def time_rounds(runners: dict, rounds: int, seed: int, say, settle_s: float = SETTLE_S
-                 ) -> dict[str, list[float]]:
+# A contender faster than this is called several times in a row within each of its rounds, and
+# the round's figure is the mean of those calls: one call of a few milliseconds, alone after the
+# pause, read anything from 1x to 2x its steady time on a shared 2-core host (gelu_mlp, T=512:
+# the same plan 9.8 and 15.7 ms medians as "heuristic" and "best" in one run, minimums 8.4 and
+# 8.1 ms).  Seconds-long contenders keep one call a round.
+MIN_ROUND_S = 0.1
+MAX_CALLS = 50
+
+
+def calls_per_round(seconds: float, min_round_s: float = MIN_ROUND_S) -> int:
+    """Calls in one round of a contender whose call takes ``seconds``."""
+    if not seconds > 0:
+        return MAX_CALLS
+    return max(1, min(MAX_CALLS, int(min_round_s / seconds)))
+
+
+def time_rounds(runners: dict, rounds: int, seed: int, say, settle_s: float = SETTLE_S,
+                min_round_s: float = MIN_ROUND_S
+                ) -> tuple[dict[str, list[float]], dict[str, int]]:
     """Interleaved rounds: each contender once per round, in a shuffled order, each after a
-    pause of ``settle_s`` in which the previous one's worker threads go idle."""
+    pause of ``settle_s`` in which the previous one's worker threads go idle; a contender
+    faster than ``min_round_s`` runs :func:`calls_per_round` calls back to back in its turn
+    and the round records their mean (the count from one timed call first).  Returns each
+    contender's per-round seconds and its calls per round."""
+    batch = {}
+    for name, r in runners.items():
+        t0 = time.perf_counter()
+        out = r.call()
+        batch[name] = calls_per_round(time.perf_counter() - t0, min_round_s)
+        del out
     times: dict[str, list[float]] = {n: [] for n in runners}
     rng = random.Random(seed)
     for k in range(rounds):
@@ -58,9 +84,11 @@ def time_rounds(runners: dict, rounds: int, seed: int, say, settle_s: float = SE
         rng.shuffle(order)
         for name in order:
             time.sleep(settle_s)
+            n = batch[name]
             t0 = time.perf_counter()
-            out = runners[name].call()
-            times[name].append(time.perf_counter() - t0)
-            del out
+            for _ in range(n):
+                out = runners[name].call()
+                del out
+            times[name].append((time.perf_counter() - t0) / n)
         say(f"round {k + 1}/{rounds}: " + "  ".join(f"{n} {fmt_s(times[n][-1])}" for n in order))
-    return times
+    return times, batch

@@ -1,0 +1,41 @@
+"""The bench's interleaved rounds: a contender faster than the round's minimum runs several calls
+back to back in its turn (the round records their mean), a slow one runs once."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from autotune.bench.timing import MAX_CALLS, calls_per_round, time_rounds
+
+
+@dataclass
+class Sleeper:
+    """A contender whose call sleeps ``seconds`` and counts itself."""
+    seconds: float
+    calls: int = 0
+
+    def call(self):
+        self.calls += 1
+        time.sleep(self.seconds)
+        return object()
+
+
+def test_calls_per_round_fill_the_minimum_and_are_capped():
+    assert calls_per_round(0.5, 0.1) == 1          # seconds-long: one call a round
+    assert calls_per_round(0.01, 0.1) == 10
+    assert calls_per_round(1e-7, 0.1) == MAX_CALLS
+    assert calls_per_round(0.0, 0.1) == MAX_CALLS   # a clock that read nothing
+
+
+def test_fast_contenders_are_batched_and_their_rounds_are_means():
+    fast, slow = Sleeper(0.002), Sleeper(0.03)
+    said = []
+    times, calls = time_rounds({"fast": fast, "slow": slow}, rounds=3, seed=0, say=said.append,
+                               settle_s=0.0, min_round_s=0.02)
+    assert calls["slow"] == 1 and 3 <= calls["fast"] <= 10
+    # one timed call decides the batch, then every round makes the batch
+    assert slow.calls == 1 + 3 and fast.calls == 1 + 3 * calls["fast"]
+    assert len(times["fast"]) == len(times["slow"]) == 3 and len(said) == 3
+    # a round's figure is per call, not per batch
+    assert all(0.002 <= t < 0.02 for t in times["fast"])
+    assert all(t >= 0.03 for t in times["slow"])
