@@ -54,6 +54,11 @@ def check_outputs(w: Workload, runners: dict, rows: dict, ref, say) -> None:
 # 8.1 ms).  Seconds-long contenders keep one call a round.
 MIN_ROUND_S = 0.1
 MAX_CALLS = 50
+# ... and a contender under this makes one untimed call after the pause, before its timed ones:
+# the first call after 0.2 s idle paid 3-15 ms of waking up (gated_mlp's heuristic plan, the
+# same process: 6-12 ms medians back to back, 22-26 ms one call after each 0.2 s pause), which
+# is most of a few-ms contender and under 2 % of a 1 s one.
+WARM_BELOW_S = 1.0
 
 
 def calls_per_round(seconds: float, min_round_s: float = MIN_ROUND_S) -> int:
@@ -69,13 +74,15 @@ def time_rounds(runners: dict, rounds: int, seed: int, say, settle_s: float = SE
     """Interleaved rounds: each contender once per round, in a shuffled order, each after a
     pause of ``settle_s`` in which the previous one's worker threads go idle; a contender
     faster than ``min_round_s`` runs :func:`calls_per_round` calls back to back in its turn
-    and the round records their mean (the count from one timed call first).  Returns each
-    contender's per-round seconds and its calls per round."""
-    batch = {}
+    and the round records their mean (the count from one timed call first), one faster than
+    :data:`WARM_BELOW_S` after an untimed call.  Returns each contender's per-round seconds
+    and its calls per round."""
+    batch, warm = {}, {}
     for name, r in runners.items():
         t0 = time.perf_counter()
         out = r.call()
-        batch[name] = calls_per_round(time.perf_counter() - t0, min_round_s)
+        took = time.perf_counter() - t0
+        batch[name], warm[name] = calls_per_round(took, min_round_s), took < WARM_BELOW_S
         del out
     times: dict[str, list[float]] = {n: [] for n in runners}
     rng = random.Random(seed)
@@ -85,6 +92,8 @@ def time_rounds(runners: dict, rounds: int, seed: int, say, settle_s: float = SE
         for name in order:
             time.sleep(settle_s)
             n = batch[name]
+            if warm[name]:
+                runners[name].call()        # untimed: wakes the threads the pause put to sleep
             t0 = time.perf_counter()
             for _ in range(n):
                 out = runners[name].call()

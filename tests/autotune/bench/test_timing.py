@@ -1,5 +1,6 @@
 """The bench's interleaved rounds: a contender faster than the round's minimum runs several calls
-back to back in its turn (the round records their mean), a slow one runs once."""
+back to back in its turn (the round records their mean), a slow one runs once; each after an
+untimed call that wakes what the pause put to sleep."""
 from __future__ import annotations
 
 import time
@@ -33,9 +34,19 @@ def test_fast_contenders_are_batched_and_their_rounds_are_means():
     times, calls = time_rounds({"fast": fast, "slow": slow}, rounds=3, seed=0, say=said.append,
                                settle_s=0.0, min_round_s=0.02)
     assert calls["slow"] == 1 and 3 <= calls["fast"] <= 10
-    # one timed call decides the batch, then every round makes the batch
-    assert slow.calls == 1 + 3 and fast.calls == 1 + 3 * calls["fast"]
+    # one timed call decides the batch, then every round makes an untimed call (both are
+    # under WARM_BELOW_S) and the batch
+    assert slow.calls == 1 + 3 * 2 and fast.calls == 1 + 3 * (1 + calls["fast"])
     assert len(times["fast"]) == len(times["slow"]) == 3 and len(said) == 3
     # a round's figure is per call, not per batch
     assert all(0.002 <= t < 0.02 for t in times["fast"])
     assert all(t >= 0.03 for t in times["slow"])
+
+
+def test_a_contender_over_a_second_is_not_warmed(monkeypatch):
+    import autotune.bench.timing as timing
+    monkeypatch.setattr(timing, "WARM_BELOW_S", 0.01)
+    slow = Sleeper(0.02)
+    times, calls = time_rounds({"slow": slow}, rounds=2, seed=0, say=lambda _: None,
+                               settle_s=0.0, min_round_s=0.01)
+    assert calls["slow"] == 1 and slow.calls == 1 + 2
