@@ -197,7 +197,6 @@ def evaluate_op(op: Op, env: dict[str, np.ndarray]) -> np.ndarray:
     return out
 
 
-
 def reference(workload: Workload, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Evaluate ``workload`` in float64; returns {output name: float64 array}."""
     missing = [n for n in workload.input_names if n not in inputs]

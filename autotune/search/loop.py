@@ -61,8 +61,7 @@ def search(w: Workload, space: SearchSpace, backend, db: PlanDB, key: PlanKey, d
         s.learner.load(db, key.device_json)
     if config.storage:
         from autotune.search.shared import search_shared
-        if s.anything_runs():
-            backend.prepare()    # inputs and reference while the shared study is set up
+        s.prepare_backend()      # inputs and reference while the shared study is set up
         return search_shared(s, db, key, on_trial)
     study_name = f"{config.sampler}-seed{config.seed}"
     study = optuna.create_study(direction="minimize", sampler=make_sampler(config.sampler,
@@ -85,10 +84,10 @@ def search(w: Workload, space: SearchSpace, backend, db: PlanDB, key: PlanKey, d
         on_trial(prog)
 
     # ---- queue: named plans, then the model's favourites -----------------------------------
-    if prog.done < config.budget and s.anything_runs():
+    if prog.done < config.budget:
         # the worker builds the inputs and the float64 reference while the model ranks its
         # pool (at trimul N=702: 11 s of ranking beside 13-18 s of reference)
-        backend.prepare()
+        s.prepare_backend()
     if prog.done == 0:
         for params, name in s.queue():
             study.enqueue_trial(params, user_attrs={"name": name})

@@ -111,11 +111,13 @@ class SearchState:
             return memory_error(need, avail)
         return None
 
-    def anything_runs(self) -> bool:
-        """Whether some named plan fits in memory: else the worker (and its float64
-        reference, as large as the workload's outputs) is not worth starting early."""
-        return any(self.memory_refusal(named_plan(self.space, n)) is None
-                   for n in ("unfused", "heuristic", "greedy"))
+    def prepare_backend(self) -> None:
+        """Start the backend's worker (inputs, float64 reference) in the background, unless
+        no named plan fits in memory: then the worker and its reference, as large as the
+        workload's outputs, are not worth starting early."""
+        if any(self.memory_refusal(named_plan(self.space, n)) is None
+               for n in ("unfused", "heuristic", "greedy")):
+            self.backend.prepare()
 
     def evaluate(self, trial) -> TrialOutcome:
         """Build the trial's candidate; prune it, refuse it for memory, or measure it."""

@@ -13,6 +13,8 @@ import functools
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from search_spaces.candidate import IMPL_LOOP, Candidate
 from search_spaces.chain import detect
 from search_spaces.partition import groups, materialized
@@ -143,7 +145,7 @@ class _Emitter(LoopEmitter):
         if nd == 0:
             return [], 1
         kc = self.layout_of(self.g.anchor)[-1]
-        width = self.eff[kc] * (4 if self.w.dtype == "float32" else 8)
+        width = self.eff[kc] * np.dtype(self.w.dtype).itemsize
         if self.ntile[kc] == 1 or width >= LINE_BYTES:
             return list(range(nd)), 1
         order = [k for k in range(nd) if k != kc] + [kc]

@@ -1,7 +1,7 @@
 """Running one kernel group of a plan on the executor's arrays: the contraction's operands
 and the group's result as (batch, rows, cols) arrays (views where the layouts allow, copies
-where not, kept from call to call: :mod:`.staging`), the epilogue's extra arrays, and the call.  :func:`as3` and :func:`view3` serve the
-library GEMM path too.
+where not, kept from call to call: :mod:`.staging`), the epilogue's extra arrays, and the call.
+:func:`as3` and :func:`view3` serve the library GEMM path too.
 """
 from __future__ import annotations
 
