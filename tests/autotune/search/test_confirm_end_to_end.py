@@ -10,9 +10,11 @@ from typer.testing import CliRunner
 
 from autotune.cli.app import app
 from autotune.environment import detect
+from autotune.search.confirm import OUT_OF_REACH
 from db.keys import PlanKey
 from db.store import PlanDB
 from search_spaces import load_workload
+from search_spaces.plans import NAMED_PLANS
 
 DIMS = "N=16,C=8"
 runner = CliRunner()
@@ -34,7 +36,13 @@ def test_a_cpu_search_caches_the_winner_of_its_confirmation(tmp_path):
     assert len(search) == 6
     ok = {t.to_candidate().key for t in search if t.status == "ok"}
     assert confirm and {t.to_candidate().key for t in confirm} <= ok
-    assert "unfused" in {t.name for t in confirm}            # the named plans measured
+    # the named plans measured, but those whose repeated runs were out of reach of the fastest
+    # (at these dims both often are: 2-3 ms against a 0.2 ms candidate; whether they are left
+    # out then depends on the search's noise band, test_confirm.py pins that rule down)
+    fastest = min(t.measured_s for t in search if t.status == "ok")
+    named = {t.name for t in search if t.status == "ok" and t.name in NAMED_PLANS and (
+        len(t.times) < 2 or t.measured_s <= OUT_OF_REACH * fastest)}
+    assert named <= {t.name for t in confirm}
     for t in confirm:
         assert t.status == "ok", t.error
         assert len(t.times) == 3 and t.measured_s == statistics.median(t.times)
