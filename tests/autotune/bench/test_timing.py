@@ -1,12 +1,12 @@
 """The bench's interleaved rounds: a contender faster than the round's minimum runs several calls
-back to back in its turn (the round records their mean), a slow one runs once; each after an
-untimed call that wakes what the pause put to sleep."""
+back to back in its turn (the round records their mean), a slow one runs once; each after
+untimed calls for a while, which wake what the pause put to sleep."""
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
 
-from autotune.bench.timing import MAX_CALLS, calls_per_round, time_rounds
+from autotune.bench.timing import MAX_CALLS, calls_per_round, time_rounds, warm_up
 
 
 @dataclass
@@ -32,15 +32,28 @@ def test_fast_contenders_are_batched_and_their_rounds_are_means():
     fast, slow = Sleeper(0.002), Sleeper(0.03)
     said = []
     times, calls = time_rounds({"fast": fast, "slow": slow}, rounds=3, seed=0, say=said.append,
-                               settle_s=0.0, min_round_s=0.02)
+                               settle_s=0.0, min_round_s=0.02, warm_s=0.0)
     assert calls["slow"] == 1 and 3 <= calls["fast"] <= 10
-    # one timed call decides the batch, then every round makes an untimed call (both are
-    # under WARM_BELOW_S) and the batch
+    # one timed call decides the batch, then every round makes one untimed call (warm_s=0: the
+    # least warm-up; both are under WARM_BELOW_S) and the batch
     assert slow.calls == 1 + 3 * 2 and fast.calls == 1 + 3 * (1 + calls["fast"])
     assert len(times["fast"]) == len(times["slow"]) == 3 and len(said) == 3
     # a round's figure is per call, not per batch
     assert all(0.002 <= t < 0.02 for t in times["fast"])
     assert all(t >= 0.03 for t in times["slow"])
+
+
+def test_warm_up_is_counted_in_time_not_calls():
+    fast, slow = Sleeper(0.002), Sleeper(0.03)
+    # a fast contender makes several untimed calls to fill the warm-up; a slow one makes one
+    n = warm_up(fast, 0.02)
+    assert 4 <= n <= 10 and fast.calls == n
+    assert warm_up(slow, 0.02) == 1
+    before = fast.calls
+    times, calls = time_rounds({"fast": fast}, rounds=2, seed=0, say=lambda _: None,
+                               settle_s=0.0, min_round_s=0.01, warm_s=0.02)
+    per_round = (fast.calls - before - 1) / 2      # less the call that sizes the batch
+    assert per_round >= calls["fast"] + 4          # the batch plus a warm-up of several calls
 
 
 def test_a_contender_over_a_second_is_not_warmed(monkeypatch):
