@@ -170,6 +170,9 @@ class CompiledPlan:
                                              self.staging)
                               for a, spec in specs.items()}
         self.groups = groups(w, cand.fused_pairs)
+        # each library group's op and matrix form, looked up once (not on every call)
+        self._forms = {s.anchor: (w.op(s.anchor), gemm_form(w.op(s.anchor)))
+                       for s in cand.schedules if s.impl == IMPL_LIBRARY}
         self._last_groups: tuple[float, ...] = ()
         self._profile: dict[str, float] = {}
         mats = materialized(w, cand.fused_pairs)
@@ -293,8 +296,7 @@ class CompiledPlan:
         return dict(self._profile)
 
     def _gemm(self, name: str, env) -> None:
-        op = self.w.op(name)
-        f = gemm_form(op)
+        op, f = self._forms[name]
         st = self.staging
         A = as3(env[f.a.tensor], f.a.idx, (f.batch, f.m, f.k), st, f"{name}:a")
         B = as3(env[f.b.tensor], f.b.idx, (f.batch, f.k, f.n), st, f"{name}:b")
