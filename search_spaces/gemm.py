@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .ir import Access, Const, Op, Pow
+from .ir import Access, Op, constant_value
 from .footprint import strides
 
 
@@ -29,10 +29,9 @@ def gemm_form(op: Op) -> GemmForm | None:
     scale = 1.0
     accs = []
     for f in op.factors():
-        if isinstance(f, Const):
-            scale *= f.value
-        elif isinstance(f, Pow) and isinstance(f.base, Const) and f.base.value != 0:
-            scale *= f.base.value ** f.exponent
+        value = constant_value(f)      # a constant factor, folded: 2, 1/S, 1/sqrt(D)
+        if value is not None:
+            scale *= value
         elif isinstance(f, Access):
             accs.append(f)
         else:

@@ -10,6 +10,7 @@ depends on.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -260,3 +261,38 @@ def multiplicative_factors(e: Expr) -> list[Expr]:
     if isinstance(e, Unary) and e.op == "neg":
         return [Const(-1.0)] + multiplicative_factors(e.x)
     return [e]
+
+
+# the scalar functions, for folding a constant subexpression (``1 / sqrt(D)`` with D a dim)
+_SCALAR = {
+    "exp": math.exp, "log": math.log, "sqrt": math.sqrt, "rsqrt": lambda x: 1.0 / math.sqrt(x),
+    "sigmoid": lambda x: 0.5 * (1.0 + math.tanh(0.5 * x)), "tanh": math.tanh,
+    "relu": lambda x: max(x, 0.0), "abs": abs, "max": max, "min": min,
+}
+_ARITH = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+          "/": lambda a, b: a / b}
+
+
+def constant_value(e: Expr) -> float | None:
+    """The value of an expression that reads no tensor and no index (``sqrt(32)``, ``2 * 0.5``),
+    else None; also None where it has no finite value (``log(0)``, ``1 / 0``)."""
+    try:
+        if isinstance(e, Const):
+            v = e.value
+        elif isinstance(e, Unary) and e.op == "neg":
+            x = constant_value(e.x)
+            v = None if x is None else -x
+        elif isinstance(e, Binary) and e.op in _ARITH:
+            a, b = constant_value(e.a), constant_value(e.b)
+            v = None if a is None or b is None else _ARITH[e.op](a, b)
+        elif isinstance(e, Pow):
+            x = constant_value(e.base)
+            v = None if x is None else x ** e.exponent
+        elif isinstance(e, Call) and e.fn in _SCALAR:
+            args = [constant_value(a) for a in e.args]
+            v = None if any(a is None for a in args) else _SCALAR[e.fn](*args)
+        else:
+            return None
+    except (ValueError, ZeroDivisionError, OverflowError):
+        return None
+    return float(v) if v is not None and math.isfinite(v) else None

@@ -3,6 +3,7 @@ hand, the named plans and random candidates of every built-in, and the ``[space]
 from __future__ import annotations
 
 import json
+import math
 import re
 from itertools import combinations
 
@@ -325,3 +326,19 @@ def test_identity_layouts():
     for cand in [named_plan(space, p) for p in NAMED_PLANS] + \
             [space.random(np.random.default_rng(s)) for s in range(20)]:
         assert cand.layouts == ()
+
+
+def test_a_constant_subexpression_is_a_gemm_scale():
+    # attention's scores divide by sqrt(D): a constant, so the contraction is still a GEMM
+    # (before, only plain constants and their powers were: the scores ran as a generated loop)
+    w = load_workload("attention")
+    f = gemm_form(w.op("s"))
+    assert f is not None and f.scale == pytest.approx(1 / math.sqrt(dict(w.dims)["D"]))
+    prog = ("y[i,k] += x[i,j] * x[k,j] * (2 - exp(0)) / sqrt(16)\n"
+            "z[i,k] += x[i,j] * x[k,j] / log(1)\n")
+    small_w = workload(prog, ["y", "z"])
+    assert gemm_form(small_w.op("y")).scale == pytest.approx(0.25)
+    assert gemm_form(small_w.op("z")) is None          # 1/log(1) has no finite value
+    from search_spaces.ir import Access, Binary, Call, Const, constant_value
+    assert constant_value(Binary("*", Const(3.0), Call("sqrt", (Const(4.0),)))) == 6.0
+    assert constant_value(Binary("*", Const(3.0), Access("x", ("i",)))) is None
