@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Optional
 
 import typer
@@ -37,31 +38,63 @@ def bench_cmd(workload: WorkloadArg = DEFAULT_WORKLOAD,
                                          help="every built-in at its default dims (searched "
                                               f"first where nothing is cached: "
                                               f"--search-budget, default {ALL_BUDGET}), then "
-                                              "one summary table, JSON and --plot chart")):
+                                              "one summary table, JSON and --plot chart"),
+              module: bool = typer.Option(False, "--module",
+                                          help="trimul_outgoing/incoming: then time the "
+                                               "drop-in torch modules inside an AlphaFold "
+                                               "pair-stack step against the step written from "
+                                               "the equations, eager and torch.compile (--dims "
+                                               "may list N: N=384,702)")):
     """Time the cached best plan against the named plans, JAX/XLA, PyTorch, torch.compile and
     IREE on the same inputs, in one process (interleaved rounds, medians)."""
     import shlex
     import sys
 
-    from autotune.bench.run import run_bench
-    from autotune.bench.table import format_table
     if rounds < 1:
         raise CliError("--rounds must be at least 1")
     if search_budget is not None and search_budget < 1:
         raise CliError("--search-budget must be at least 1")
     command = shlex.join(["autotune", *sys.argv[1:]])
+    greedy = greedy_timeout if greedy_timeout > 0 else None
     if every:
-        if dims or workload != DEFAULT_WORKLOAD:
+        if dims or workload != DEFAULT_WORKLOAD or module:
             raise CliError("--all benches every built-in at its default dims: give no "
-                           "workload and no --dims with it")
+                           "workload, no --dims and no --module with it")
         return _bench_all(device, peers, rounds, plot, search_budget or ALL_BUDGET, db, out,
-                          greedy_timeout if greedy_timeout > 0 else None, seed, command)
-    w = load(workload, dims)
-    result = run_bench(w, device, peers, rounds, db, search_budget,
-                       greedy_timeout if greedy_timeout > 0 else None, seed, out, command,
-                       log=lambda s: typer.echo(s, err=True))
+                          greedy, seed, command)
+    opts = _Options(device, peers, rounds, search_budget, db, out, greedy, seed, command)
+    if module:
+        return _bench_module(workload, dims, opts, fmt, plot)
+    result = _bench_one(load(workload, dims), opts)
+    _show(result, fmt, plot)
+
+
+@dataclass(frozen=True)
+class _Options:
+    """What every plan bench of one command shares."""
+    device: str
+    peers: str
+    rounds: int
+    search_budget: Optional[int]
+    db: Optional[str]
+    out: str
+    greedy_timeout: Optional[float]
+    seed: int
+    command: str
+
+
+def _bench_one(w, o: _Options):
+    from autotune.bench.run import run_bench
+    return run_bench(w, o.device, o.peers, o.rounds, o.db, o.search_budget, o.greedy_timeout,
+                     o.seed, o.out, o.command, log=lambda s: typer.echo(s, err=True))
+
+
+def _show(result, fmt: str, plot: Optional[str], json_later: bool = False) -> None:
+    """The table (or JSON, unless the caller prints one object later) and the chart."""
+    from autotune.bench.table import format_table
     if fmt == "json":
-        typer.echo(json.dumps(result.to_dict(), indent=2, default=float))
+        if not json_later:
+            typer.echo(json.dumps(result.to_dict(), indent=2, default=float))
     else:
         typer.echo(format_table(result))
         typer.echo(f"wrote {result.json_path}")
@@ -72,6 +105,42 @@ def bench_cmd(workload: WorkloadArg = DEFAULT_WORKLOAD,
         except OSError as e:
             raise CliError(f"--plot {plot}: cannot write ({e.strerror or e})") from None
         typer.echo(f"wrote {path}", err=fmt == "json")
+
+
+def _bench_module(workload: str, dims: Optional[str], o: _Options, fmt: str,
+                  plot: Optional[str]) -> None:
+    """Each shape's plan bench, then the drop-in modules inside the model at every N (one
+    process); with --format json one object: {"benches": [...], "module": {...}}."""
+    from autotune.bench.module import MODULE_WORKLOADS, format_module_result, run_module_bench
+    from autotune.bench.peers import PeerUnavailable
+    from autotune.cli.common import parse_dims_list
+    if workload not in MODULE_WORKLOADS:
+        raise CliError(f"--module: {workload!r} has no drop-in module (there are: "
+                       f"{', '.join(MODULE_WORKLOADS)})")
+    if o.device != "cpu":
+        raise CliError("--module: the module bench runs on the cpu only; drop --device")
+    shapes = [load(workload, d) for d in parse_dims_list(dims)]
+    if plot and len(shapes) > 1:
+        raise CliError("--plot draws one bench: give one N with it")
+    if len({dict(w.dims)["C"] for w in shapes}) > 1:
+        raise CliError("--module: give one C for every N")
+    benches = []
+    for w in shapes:
+        result = _bench_one(w, o)
+        benches.append(result.to_dict())
+        _show(result, fmt, plot, json_later=True)
+    try:
+        record, path = run_module_bench(sorted({dict(w.dims)["N"] for w in shapes}),
+                                        dict(shapes[0].dims)["C"], o.rounds, o.db, o.out,
+                                        o.command, o.seed,
+                                        say=lambda s: typer.echo(s, err=True))
+    except PeerUnavailable as e:
+        raise CliError(f"--module: {e}") from None
+    if fmt == "json":
+        typer.echo(json.dumps({"benches": benches, "module": record}, indent=2, default=float))
+    else:
+        typer.echo("\n".join(format_module_result(r, o.rounds) for r in record["results"]))
+    typer.echo(f"wrote {path}", err=fmt == "json")
 
 
 def _bench_all(device, peers, rounds, plot, budget, db, out, greedy_timeout, seed, command):
@@ -107,6 +176,8 @@ def _bench_all(device, peers, rounds, plot, budget, db, out, greedy_timeout, see
 
 
 @handled
+
+
 def plot_cmd(workload: WorkloadArg = DEFAULT_WORKLOAD,
              dims: Dims = None,
              device: RunDevice = "cpu",

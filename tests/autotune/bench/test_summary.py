@@ -78,7 +78,7 @@ def test_bench_all_runs_every_builtin_and_writes_the_summary(tmp_path, monkeypat
 
 def test_bench_all_refuses_a_workload_or_dims():
     r = CliRunner().invoke(app, ["bench", "--all", "--dims", "N=8"])
-    assert r.exit_code == 1 and "give no workload and no --dims" in r.output
+    assert r.exit_code == 1 and "give no workload, no --dims" in r.output
 
 
 def test_the_summary_chart(tmp_path):

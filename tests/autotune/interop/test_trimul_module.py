@@ -1,6 +1,6 @@
 """The drop-in triangle multiplicative updates: an OpenFold-named state dict loads, and the
-update matches a module written from the AlphaFold 2 equations (bench/alphafold_modules.py),
-evaluated in float64."""
+update matches a module written from the AlphaFold 2 equations
+(autotune/bench/alphafold_reference.py), evaluated in float64; the module bench."""
 from __future__ import annotations
 
 import json
@@ -15,9 +15,8 @@ torch = require("torch")
 from autotune.torch import (TriangleMultiplicationIncoming,  # noqa: E402
                             TriangleMultiplicationOutgoing)
 
-_ref = load_script("alphafold_modules")       # the equations in plain PyTorch (bench/ shares it)
-AlphaFoldUpdate, OPENFOLD_NAMES, random_state = (_ref.AlphaFoldUpdate, _ref.OPENFOLD_NAMES,
-                                                 _ref.random_state)
+from autotune.bench.alphafold_reference import (AlphaFoldUpdate,  # noqa: E402
+                                                OPENFOLD_NAMES, random_state)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::RuntimeWarning")
 
@@ -113,3 +112,40 @@ def test_the_module_bench_checks_and_times_every_contender(fast_tmp, monkeypatch
         assert r["status"] == "ok" and r["rel_err"] < 1e-3 and len(r["times_s"]) == 2
         assert r["median_s"] > 0 and r["ratio_to_fastest_reference"] > 0
     assert "autotune torch.compile" in capsys.readouterr().out
+
+
+def test_autotune_bench_module_runs_the_model_after_the_plan_bench(fast_tmp):
+    """`autotune bench trimul_outgoing --module` at two tiny N: each shape's plan bench, then the
+    pair-stack step with the drop-in modules and the reference, one process, one JSON object."""
+    from typer.testing import CliRunner
+
+    from autotune.cli.app import app
+    out, db = fast_tmp / "results", str(fast_tmp / "p.sqlite")
+    r = CliRunner().invoke(app, ["bench", "trimul_outgoing", "--dims", "N=8,12,C=4", "--module",
+                                 "--peers", "torch", "--rounds", "1", "--greedy-timeout", "0",
+                                 "--search-budget", "2", "--db", db, "--out", str(out),
+                                 "--format", "json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert [b["dims"]["N"] for b in doc["benches"]] == [8, 12]
+    assert [res["n"] for res in doc["module"]["results"]] == [8, 12]
+    for res in doc["module"]["results"]:
+        # outgoing was tuned at this N by the plan bench's search; incoming was not
+        assert res["plans"]["trimul_outgoing"]["source"] == "exact"
+        assert res["plans"]["trimul_incoming"]["source"] == "heuristic"
+        for row in res["contenders"].values():
+            assert row["status"] == "ok" and row["rel_err"] < 1e-3 and row["median_s"] > 0
+    assert (out / "torch-module-pairblock-C4-cpu.json").exists()
+    assert (out / "bench-trimul_outgoing-N12-C4-cpu.json").exists()
+
+
+@pytest.mark.parametrize("args, says", [
+    (["gated_mlp", "--module"], "has no drop-in module"),
+    (["--all", "--module"], "no --module"),
+])
+def test_autotune_bench_module_refuses_what_it_cannot_run(args, says):
+    from typer.testing import CliRunner
+
+    from autotune.cli.app import app
+    r = CliRunner().invoke(app, ["bench", *args])
+    assert r.exit_code != 0 and says in r.output

@@ -1,7 +1,8 @@
 """AlphaFold 2's triangle multiplicative updates written from the supplement's equations in plain
 PyTorch, with OpenFold's parameter names: the reference that autotune.torch's drop-in modules are
 checked against (tests/autotune/interop/test_trimul_module.py) and timed against
-(bench/torch_module.py).  Not part of the library: nothing here is tuned."""
+(:mod:`autotune.bench.module`, ``autotune bench --module``).  Nothing here is tuned; torch is
+imported with the module, which only the module bench and the tests load."""
 from __future__ import annotations
 
 import math
