@@ -12,6 +12,7 @@ stop a search.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
@@ -87,6 +88,25 @@ class Cutoff:
     def time(self, run: Callable[[], float | None]) -> tuple[float | None, bool]:
         """``run()``'s seconds and whether it ran under load."""
         return self.watch.time(run) if self.watch is not None else (run(), False)
+
+
+# A plan of a few milliseconds, called after the host sat idle (a compile, a pause), runs slow
+# for some tens of milliseconds of calls, however many calls that is: on the shared 2-core VM,
+# attention's heuristic plan (2.9 ms steady) ran its first 1-3 calls at 8-37 ms, then ~3.8 ms
+# for ten more, then 2.9 ms; the search's worker, measuring each candidate right after its
+# compile, read attention's best plan at 4.2 ms where it runs 1.55 ms.  Untimed calls for this
+# long before the samples take that away (the bench: 4.42 -> 3.14 ms mean over 6 x 25 calls).
+WARM_UP_S = 0.1
+
+
+def warm_up(call: Callable[[], object], seconds: float = WARM_UP_S) -> int:
+    """Untimed ``call()``s, back to back, until ``seconds`` have passed (at least one); their
+    count."""
+    t0, n = time.perf_counter(), 0
+    while n == 0 or time.perf_counter() - t0 < seconds:
+        call()
+        n += 1
+    return n
 
 
 def timed_runs(first: Callable[[], float | None], run: Callable[[], float], warmup: int,

@@ -8,7 +8,7 @@ import time
 from db.records import Status
 from search_spaces.workload import Workload
 
-from autotune.backends.base import verify
+from autotune.backends.base import WARM_UP_S, verify, warm_up
 from autotune.bench.runners import first_line
 from autotune.report.units import fmt_s
 
@@ -59,12 +59,9 @@ MAX_CALLS = 50
 # same process: 6-12 ms medians back to back, 22-26 ms one call after each 0.2 s pause), which
 # is most of a few-ms contender and under 2 % of a 1 s one.
 WARM_BELOW_S = 1.0
-# One untimed call is not enough on a shared virtual machine: attention's heuristic plan (about
-# 2.9 ms, 2 cores), after the pause and one untimed call, ran its next calls at 8-37 ms for 1-3
-# calls, then about 3.8 ms for ten more (30-40 ms in all), then 2.9 ms; the rounds' means read
-# 3.1-4.8 ms.  The waking up is counted in time, not calls: untimed calls for 0.1 s took the
-# outliers away (6 batches of 25: mean 4.42 -> 3.14 ms, median 3.12 -> 2.93 ms).
-WARM_S = 0.1
+# One untimed call is not enough on a shared virtual machine: the waking up is counted in time,
+# not calls (autotune.backends.base.WARM_UP_S has the figures).
+WARM_S = WARM_UP_S
 
 
 def calls_per_round(seconds: float, min_round_s: float = MIN_ROUND_S) -> int:
@@ -74,15 +71,6 @@ def calls_per_round(seconds: float, min_round_s: float = MIN_ROUND_S) -> int:
     return max(1, min(MAX_CALLS, int(min_round_s / seconds)))
 
 
-def warm_up(runner, warm_s: float) -> int:
-    """Untimed calls, back to back, until ``warm_s`` has passed (at least one); their count."""
-    t0, n = time.perf_counter(), 0
-    while n == 0 or time.perf_counter() - t0 < warm_s:
-        runner.call()
-        n += 1
-    return n
-
-
 def time_rounds(runners: dict, rounds: int, seed: int, say, settle_s: float = SETTLE_S,
                 min_round_s: float = MIN_ROUND_S, warm_s: float = WARM_S
                 ) -> tuple[dict[str, list[float]], dict[str, int]]:
@@ -90,8 +78,9 @@ def time_rounds(runners: dict, rounds: int, seed: int, say, settle_s: float = SE
     pause of ``settle_s`` in which the previous one's worker threads go idle; a contender
     faster than ``min_round_s`` runs :func:`calls_per_round` calls back to back in its turn
     and the round records their mean (the count from one timed call first), one faster than
-    :data:`WARM_BELOW_S` after untimed calls for ``warm_s`` (:func:`warm_up`).  Returns each contender's per-round seconds
-    and its calls per round."""
+    :data:`WARM_BELOW_S` after untimed calls for ``warm_s``
+    (:func:`autotune.backends.base.warm_up`).  Returns each contender's per-round seconds and
+    its calls per round."""
     batch, warm = {}, {}
     for name, r in runners.items():
         t0 = time.perf_counter()
@@ -108,7 +97,7 @@ def time_rounds(runners: dict, rounds: int, seed: int, say, settle_s: float = SE
             time.sleep(settle_s)
             n = batch[name]
             if warm[name]:
-                warm_up(runners[name], warm_s)   # wakes what the pause put to sleep
+                warm_up(runners[name].call, warm_s)   # wakes what the pause put to sleep
             t0 = time.perf_counter()
             for _ in range(n):
                 out = runners[name].call()

@@ -28,7 +28,8 @@ from search_spaces.rewrite import rewritten
 from search_spaces.workload import Workload
 
 from autotune import threads
-from autotune.backends.base import Arrays, BufferPool, Cutoff, group_medians, timed_runs
+from autotune.backends.base import (Arrays, BufferPool, Cutoff, group_medians, timed_runs,
+                                    warm_up)
 from autotune.backends.cpu.codegen import generate_units
 from autotune.backends.cpu.gemm_call import GemmKernel, kernel_spec
 from autotune.backends.cpu.gemm_driver import kernel_source
@@ -274,7 +275,10 @@ class CompiledPlan:
                 # a short plan's first call is not steady-state: it is the run that touches
                 # its code pages and wakes OpenMP's and BLAS's threads (measured idle, 2 cores,
                 # four 4-6 ms gelu_mlp plans: first calls 1-20 % slower than the five after,
-                # the order of the gaps between those plans); the sample is the call after it
+                # the order of the gaps between those plans), and the calls after it, for some
+                # tens of milliseconds, still pay the host's waking up (WARM_UP_S); the sample
+                # is the call after those
+                warm_up(lambda: self(**inputs))
                 return run()
             runs.append((seconds, self._last_groups))
             return seconds

@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from autotune.bench.timing import MAX_CALLS, calls_per_round, time_rounds, warm_up
+from autotune.backends.base import warm_up
+from autotune.bench.timing import MAX_CALLS, calls_per_round, time_rounds
 
 
 @dataclass
@@ -46,9 +47,9 @@ def test_fast_contenders_are_batched_and_their_rounds_are_means():
 def test_warm_up_is_counted_in_time_not_calls():
     fast, slow = Sleeper(0.002), Sleeper(0.03)
     # a fast contender makes several untimed calls to fill the warm-up; a slow one makes one
-    n = warm_up(fast, 0.02)
+    n = warm_up(fast.call, 0.02)
     assert 4 <= n <= 10 and fast.calls == n
-    assert warm_up(slow, 0.02) == 1
+    assert warm_up(slow.call, 0.02) == 1
     before = fast.calls
     times, calls = time_rounds({"fast": fast}, rounds=2, seed=0, say=lambda _: None,
                                settle_s=0.0, min_round_s=0.01, warm_s=0.02)

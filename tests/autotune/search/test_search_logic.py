@@ -272,3 +272,20 @@ def test_the_model_climb_answers_the_questions_a_change_opens(small):
     # (the split's first option is the rows: one change alone lands on 3.0 and is refused)
     from search_spaces.kernel import SPLITS
     assert SPLITS[0] != SPLIT_BATCH
+
+
+def test_the_model_favourites_spread_over_structures_and_predictions(small):
+    # the climb's pool is mostly small variations of its optimum; measuring many of them
+    # spends the budget on what the model already calls one plan
+    from autotune.api import space_for
+    from autotune.search.proposals import PER_STRUCTURE, TIE, structure
+    w = small("attention")
+    space = space_for(w, "cpu")
+    config = dataclasses.replace(CHEAP, model_pool=200, model_seeds=8, climb_rounds=1)
+    favs = model_favourites(w, space, DEV, config, set())
+    assert len(favs) >= 2
+    preds = [estimate(w, c, DEV).total_s for c in favs]
+    assert preds == sorted(preds)
+    assert all(b > a * (1 + TIE) for a, b in zip(preds, preds[1:]))
+    sigs = [structure(c) for c in favs]
+    assert max(sigs.count(s) for s in sigs) <= PER_STRUCTURE
