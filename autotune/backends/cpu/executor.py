@@ -28,8 +28,8 @@ from search_spaces.rewrite import rewritten
 from search_spaces.workload import Workload
 
 from autotune import threads
-from autotune.backends.base import (Arrays, BufferPool, Cutoff, group_medians, timed_runs,
-                                    warm_up)
+from autotune.backends.base import (WARM_UP_S, Arrays, BufferPool, Cutoff, group_medians,
+                                    timed_runs, warm_up)
 from autotune.backends.cpu.codegen import generate_units
 from autotune.backends.cpu.gemm_call import GemmKernel, kernel_spec
 from autotune.backends.cpu.gemm_driver import kernel_source
@@ -148,6 +148,7 @@ class CompiledPlan:
     ``pool``: where buffers come from and go back to on :meth:`release` (a measuring worker's
     :class:`autotune.backends.base.BufferPool`); without one each plan faults in its own.
     """
+    warm_up_s: float = WARM_UP_S     # untimed calls after a short checked call (timed_call)
 
     def __init__(self, w: Workload, cand: Candidate, cache_dir: Path,
                  pool: BufferPool | None = None):
@@ -278,7 +279,7 @@ class CompiledPlan:
                 # the order of the gaps between those plans), and the calls after it, for some
                 # tens of milliseconds, still pay the host's waking up (WARM_UP_S); the sample
                 # is the call after those
-                warm_up(lambda: self(**inputs))
+                warm_up(lambda: self(**inputs), self.warm_up_s)
                 return run()
             runs.append((seconds, self._last_groups))
             return seconds

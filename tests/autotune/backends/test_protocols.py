@@ -97,8 +97,11 @@ def test_cutoff():
 # ---- the CPU plan's timed call ------------------------------------------------------------------
 
 class CountingPlan(CompiledPlan):
-    """A CompiledPlan that counts its runs."""
+    """A CompiledPlan that counts its runs; its warm-up after a short checked call is the one
+    call warm_up always makes (the real one runs for WARM_UP_S: see
+    test_cpu_first_call.py)."""
     runs = 0
+    warm_up_s = 0.0
 
     def __call__(self, **inputs):
         self.runs += 1
@@ -119,8 +122,8 @@ def test_cpu_timed_call_times_the_checked_run_and_repeats(cpu_case):
     plan = CountingPlan(w, cand, cache)
     seen = []
     outs, times = plan.timed_call(inputs, 1, 3, check=lambda o: seen.append(o) or True)
-    # checked (short: not a sample), its timed successor, warm-up, two more timed
-    assert len(seen) == 1 and plan.runs == 1 + 1 + 1 + 2
+    # checked (short: not a sample), one warm-up call, its timed successor, warm-up, two more
+    assert len(seen) == 1 and plan.runs == 1 + 1 + 1 + 1 + 2
     assert len(times) == 3 and all(t > 0 for t in times)
     assert not verify(outs, ref, w.rtol)[1]
 
@@ -137,11 +140,12 @@ def test_cpu_timed_call_stops_when_it_cannot_be_the_best(cpu_case):
     w, inputs, _, cand, cache = cpu_case
     plan = CountingPlan(w, cand, cache)
     _, times = plan.timed_call(inputs, 1, 5, cutoff=Cutoff(1e-12, 1.15, 1.05))
-    # far off: one timed run tells (a short plan's checked call, then its timed successor)
-    assert len(times) == 1 and plan.runs == 2
+    # far off: one timed run tells (a short plan's checked call, a warm-up call, then its timed
+    # successor)
+    assert len(times) == 1 and plan.runs == 3
     plan = CountingPlan(w, cand, cache)
     _, times = plan.timed_call(inputs, 1, 5, cutoff=Cutoff(1e-12, math.inf, 1.05))
-    assert len(times) == 2 and plan.runs == 4            # two runs out of contention
+    assert len(times) == 2 and plan.runs == 5            # two runs out of contention
 
 
 def test_cuda_plan_checks_its_first_run_and_releases(cpu_case):

@@ -1,0 +1,58 @@
+"""How the CPU code generator spells its functions: exp through a floor on its argument (glibc's
+vector exp takes a slow path for a whole vector when one lane underflows, as masked scores do),
+max, min and relu as comparisons (GCC calls libm's fmaxf per element under
+-fno-finite-math-only); and that the results still match the float64 reference."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from search_spaces import parse_workload
+from search_spaces.plans import named_plan
+from search_spaces.space import SearchSpace
+
+from autotune.api import make_executable
+from autotune.backends.base import verify
+from autotune.backends.cpu.codegen import EXP_BOUNDS, generate
+from autotune.backends.factory import backend_kind
+from autotune.reference import reference
+
+PROGRAM = """
+p[i,j]  = exp(where(j <= i, x[i,j], -1000000000.0))
+g[i,j]  = sigmoid(x[i,j]) + relu(x[i,j])
+h[i,j]  = max(x[i,j], p[i,j]) - min(x[i,j], g[i,j])
+"""
+
+
+def _workload():
+    text = ('name = "math"\noutputs = ["p", "h"]\nprogram = """' + PROGRAM + '"""\n'
+            '[dims]\nI = 37\nJ = 29\n[inputs]\nx = ["I", "J"]\n')
+    return parse_workload(text, "math.toml")
+
+
+def test_exp_goes_through_its_floor_and_max_min_relu_are_comparisons():
+    w = _workload()
+    space = SearchSpace(w, backend_kind("cpu").tile_bounds)
+    src, _ = generate(w, named_plan(space, "unfused"))
+    body = src.split("#define AT_EXP(x)")[1]          # the groups, past the prelude
+    assert "AT_EXPf(" in body
+    assert not re.search(r"\bexpf\(", body)            # every exp is bounded
+    assert not re.search(r"\bfm(ax|in)f\(", body)      # no libm call per element
+
+
+def test_results_match_the_reference_and_masked_exps_are_negligible(tmp_path):
+    w = _workload()
+    space = SearchSpace(w, backend_kind("cpu").tile_bounds)
+    inputs = w.random_inputs(0)
+    ref = reference(w, inputs)
+    for name in ("unfused", "heuristic"):
+        outs = make_executable(w, named_plan(space, name), "cpu", tmp_path)(**inputs)
+        err, why = verify(outs, ref, w.rtol)
+        assert not why, (name, why)
+        p = outs["p"]
+        masked = np.triu(np.ones(p.shape, bool), 1)            # j > i: exp(-1e9)
+        floor = np.exp(np.float32(EXP_BOUNDS["float32"]))
+        assert np.all(p[masked] >= 0) and np.all(p[masked] <= floor * 1.001)
+        assert np.allclose(p[~masked], np.exp(inputs["x"].astype(np.float64))[~masked],
+                           rtol=1e-5)
