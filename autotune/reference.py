@@ -17,19 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
-from search_spaces.ir import Access, Binary, Const, Expr, Op, Pow, Select, Unary, index_names
+from search_spaces.ir import (FUNCTION_VALUES, Access, Binary, Const, Expr, Op, Pow, Select,
+                              Unary, index_names)
 from search_spaces.workload import Workload
 
 from autotune.threads import cores
 
 CHUNK_ELEMS = 1 << 25
-
-_FN = {
-    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x),
-    "sigmoid": lambda x: 0.5 * (1.0 + np.tanh(0.5 * x)), "tanh": np.tanh,
-    "relu": lambda x: np.maximum(x, 0.0), "abs": np.abs,
-    "max": np.maximum, "min": np.minimum,
-}
 
 
 def _indices(e: Expr, order: tuple[str, ...]) -> tuple[str, ...]:
@@ -70,7 +64,7 @@ def _eval(e: Expr, env, axes: tuple[str, ...], window: dict[str, slice]):
         mask = e.cond.over(lambda i: _index_array(i, axes, window))
         return np.where(mask, _eval(e.a, env, axes, window), _eval(e.b, env, axes, window))
     args = [_eval(a, env, axes, window) for a in e.args]
-    return _FN[e.fn](*args)
+    return FUNCTION_VALUES[e.fn](*args)
 
 
 def _contract(a, ia, b, ib, keep):

@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Union
 
+import numpy as np
+
 from .conditions import Condition
 
 FUNCTIONS: dict[str, int] = {
@@ -263,11 +265,14 @@ def multiplicative_factors(e: Expr) -> list[Expr]:
     return [e]
 
 
-# the scalar functions, for folding a constant subexpression (``1 / sqrt(D)`` with D a dim)
-_SCALAR = {
-    "exp": math.exp, "log": math.log, "sqrt": math.sqrt, "rsqrt": lambda x: 1.0 / math.sqrt(x),
-    "sigmoid": lambda x: 0.5 * (1.0 + math.tanh(0.5 * x)), "tanh": math.tanh,
-    "relu": lambda x: max(x, 0.0), "abs": abs, "max": max, "min": min,
+# What each function computes, in NumPy (arrays or scalars): the float64 reference evaluates
+# with it (autotune.reference), and constant_value folds constant subexpressions with it, so the
+# two cannot disagree (sigmoid's form, rsqrt's).
+FUNCTION_VALUES = {
+    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "sigmoid": lambda x: 0.5 * (1.0 + np.tanh(0.5 * x)), "tanh": np.tanh,
+    "relu": lambda x: np.maximum(x, 0.0), "abs": np.abs,
+    "max": np.maximum, "min": np.minimum,
 }
 _ARITH = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
           "/": lambda a, b: a / b}
@@ -277,22 +282,26 @@ def constant_value(e: Expr) -> float | None:
     """The value of an expression that reads no tensor and no index (``sqrt(32)``, ``2 * 0.5``),
     else None; also None where it has no finite value (``log(0)``, ``1 / 0``)."""
     try:
-        if isinstance(e, Const):
-            v = e.value
-        elif isinstance(e, Unary) and e.op == "neg":
-            x = constant_value(e.x)
-            v = None if x is None else -x
-        elif isinstance(e, Binary) and e.op in _ARITH:
-            a, b = constant_value(e.a), constant_value(e.b)
-            v = None if a is None or b is None else _ARITH[e.op](a, b)
-        elif isinstance(e, Pow):
-            x = constant_value(e.base)
-            v = None if x is None else x ** e.exponent
-        elif isinstance(e, Call) and e.fn in _SCALAR:
-            args = [constant_value(a) for a in e.args]
-            v = None if any(a is None for a in args) else _SCALAR[e.fn](*args)
-        else:
-            return None
+        with np.errstate(all="ignore"):    # log(0), 1/0: no finite value, said by the None
+            v = _fold(e)
     except (ValueError, ZeroDivisionError, OverflowError):
         return None
     return float(v) if v is not None and math.isfinite(v) else None
+
+
+def _fold(e: Expr):
+    if isinstance(e, Const):
+        return e.value
+    if isinstance(e, Unary) and e.op == "neg":
+        x = _fold(e.x)
+        return None if x is None else -x
+    if isinstance(e, Binary) and e.op in _ARITH:
+        a, b = _fold(e.a), _fold(e.b)
+        return None if a is None or b is None else _ARITH[e.op](np.float64(a), b)
+    if isinstance(e, Pow):
+        x = _fold(e.base)
+        return None if x is None else np.float64(x) ** e.exponent
+    if isinstance(e, Call) and e.fn in FUNCTION_VALUES:
+        args = [_fold(a) for a in e.args]
+        return None if any(a is None for a in args) else FUNCTION_VALUES[e.fn](*args)
+    return None

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -25,13 +24,13 @@ from typing import Callable
 MODULE_WORKLOADS = ("trimul_outgoing", "trimul_incoming")
 
 
-@dataclass
-class _Call:
-    """A contender as :func:`time_rounds` runs it."""
-    fn: Callable[[], object]
-
-    def call(self):
-        return self.fn()
+def _reference_step(c: int, dtype):
+    """The pair-stack step from the equations, with the bench's weights in ``dtype``."""
+    from autotune.bench.alphafold_reference import AlphaFoldUpdate, PairBlock, random_state
+    ref = PairBlock(AlphaFoldUpdate(c, c, True), AlphaFoldUpdate(c, c, False)).to(dtype)
+    ref.outgoing.load_state_dict(random_state(c, 1, dtype))
+    ref.incoming.load_state_dict(random_state(c, 2, dtype))
+    return ref.eval()
 
 
 def _models(c: int, db: str | None, backend: str) -> dict:
@@ -39,29 +38,22 @@ def _models(c: int, db: str | None, backend: str) -> dict:
     first call (``backend``: torch.compile's)."""
     import torch
 
-    from autotune.bench.alphafold_reference import AlphaFoldUpdate, PairBlock, random_state
+    from autotune.bench.alphafold_reference import PairBlock
     from autotune.torch import TriangleMultiplicationIncoming, TriangleMultiplicationOutgoing
-    out_state, in_state = random_state(c, 1, torch.float32), random_state(c, 2, torch.float32)
-    ref = PairBlock(AlphaFoldUpdate(c, c, True), AlphaFoldUpdate(c, c, False))
+    ref = _reference_step(c, torch.float32)
     ours = PairBlock(TriangleMultiplicationOutgoing(c, c, db=db),
                      TriangleMultiplicationIncoming(c, c, db=db))
-    for m in (ref, ours):
-        m.outgoing.load_state_dict(out_state)
-        m.incoming.load_state_dict(in_state)
-        m.eval()
+    ours.outgoing.load_state_dict(ref.outgoing.state_dict())
+    ours.incoming.load_state_dict(ref.incoming.state_dict())
+    ours.eval()
     return {"reference eager": ref, "reference torch.compile": torch.compile(ref, backend=backend),
             "autotune eager": ours, "autotune torch.compile": torch.compile(ours, backend=backend)}
 
 
 def _float64_step(c: int, z, mask):
     import torch
-
-    from autotune.bench.alphafold_reference import AlphaFoldUpdate, PairBlock, random_state
-    ref = PairBlock(AlphaFoldUpdate(c, c, True), AlphaFoldUpdate(c, c, False)).double()
-    ref.outgoing.load_state_dict(random_state(c, 1))
-    ref.incoming.load_state_dict(random_state(c, 2))
     with torch.no_grad():
-        return ref(z.double(), mask.double())
+        return _reference_step(c, torch.float64)(z.double(), mask.double())
 
 
 def _rel_err(got, want) -> float:
@@ -87,6 +79,7 @@ def bench_n(n: int, c: int, rounds: int, tol: float, db: str | None, seed: int,
     """One N: every contender checked, then timed in interleaved rounds."""
     import torch
 
+    from autotune.bench.runners import Runner
     from autotune.bench.timing import time_rounds
     gen = torch.Generator().manual_seed(seed + n)
     z = torch.randn(n, n, c, generator=gen)
@@ -104,8 +97,8 @@ def bench_n(n: int, c: int, rounds: int, tol: float, db: str | None, seed: int,
                           "status": "ok" if err < tol else "wrong", "times_s": []}
             say(f"  N={n} {name:<26} first call {first:7.2f} s  rel err {err:.1e}"
                 + ("" if err < tol else f"  WRONG (tol {tol:g}): not timed"))
-        live = {k: _Call(lambda m=contenders[k]: m(z, mask)) for k, r in rows.items()
-                if r["status"] == "ok"}
+        live = {k: Runner(lambda m=contenders[k]: m(z, mask), to_host=dict)
+                for k, r in rows.items() if r["status"] == "ok"}
         times, calls = time_rounds(live, rounds, seed, say)
     for name, r in rows.items():
         r["times_s"] = times.get(name, [])

@@ -59,9 +59,8 @@ MAX_CALLS = 50
 # same process: 6-12 ms medians back to back, 22-26 ms one call after each 0.2 s pause), which
 # is most of a few-ms contender and under 2 % of a 1 s one.
 WARM_BELOW_S = 1.0
-# One untimed call is not enough on a shared virtual machine: the waking up is counted in time,
-# not calls (autotune.backends.base.WARM_UP_S has the figures).
-WARM_S = WARM_UP_S
+# (One untimed call is not enough on a shared virtual machine: the waking up is counted in
+# time, not calls; autotune.backends.base.WARM_UP_S has the figures.)
 
 
 def calls_per_round(seconds: float, min_round_s: float = MIN_ROUND_S) -> int:
@@ -72,7 +71,7 @@ def calls_per_round(seconds: float, min_round_s: float = MIN_ROUND_S) -> int:
 
 
 def time_rounds(runners: dict, rounds: int, seed: int, say, settle_s: float = SETTLE_S,
-                min_round_s: float = MIN_ROUND_S, warm_s: float = WARM_S
+                min_round_s: float = MIN_ROUND_S, warm_s: float = WARM_UP_S
                 ) -> tuple[dict[str, list[float]], dict[str, int]]:
     """Interleaved rounds: each contender once per round, in a shuffled order, each after a
     pause of ``settle_s`` in which the previous one's worker threads go idle; a contender

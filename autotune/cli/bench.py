@@ -176,8 +176,6 @@ def _bench_all(device, peers, rounds, plot, budget, db, out, greedy_timeout, see
 
 
 @handled
-
-
 def plot_cmd(workload: WorkloadArg = DEFAULT_WORKLOAD,
              dims: Dims = None,
              device: RunDevice = "cpu",

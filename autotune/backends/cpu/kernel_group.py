@@ -58,9 +58,9 @@ def as3(arr: np.ndarray, idx: tuple[str, ...], groups3, stage: Staging | None = 
     the copy goes to ``stage``'s matrix ``name`` when there is a stage."""
     perm, shape3, viewable = _recipe(arr.shape, arr.strides, idx, tuple(groups3))
     t = arr.transpose(perm)
-    if viewable:
-        return t.reshape(shape3)
-    return t.reshape(shape3) if stage is None else stage.matrix(name, t, shape3)
+    if viewable or stage is None:
+        return t.reshape(shape3)        # a view, or (no stage) NumPy's own copy
+    return stage.matrix(name, t, shape3)
 
 
 class KernelGroup:
