@@ -25,6 +25,7 @@ from .estimate import CostEstimate, FusedProducer, GroupCost
 from .kernel_cost import kernel_copy_bytes, kernel_group
 from .rates import (LINE_ELEMS, gemm_rate, library_launch_s, loop_launch_s, read_waste,
                     transcendental_weight, write_waste)
+from .stack_cost import stack_copy_bytes, stacked_group
 
 
 def line_waste(shape, perm, box) -> float:
@@ -54,7 +55,12 @@ def estimate(w: Workload, cand: Candidate, dev: DeviceSpec) -> CostEstimate:
     chains = detect(w) if any(s.chain_block for s in cand.schedules) else {}
     for g in groups(w, fused):
         sched = cand.schedule(g.anchor)
-        if sched.impl == IMPL_LIBRARY:
+        stack = cand.stack(g.anchor)
+        if stack:
+            # one GEMM for the whole stack, priced with its first member (which runs it)
+            if stack[0] == g.anchor:
+                out.append(stacked_group(w, stack, layout_of, dev, item))
+        elif sched.impl == IMPL_LIBRARY:
             out.append(_library_group(w, g, layout_of, dev, item))
         elif sched.impl == IMPL_KERNEL:
             out.append(kernel_group(w, g, fused, sched.kernel, layout_of, dev, item))
@@ -238,6 +244,8 @@ def memory_bytes(w: Workload, cand: Candidate, threads: int) -> int:
             per_thread = chain_buffer_elems(chains[g.anchor], sched.chain_block,
                                             w.op(g.anchor), sched.tiles) * item
             extra = max(extra, per_thread * max(threads, 0))
+        elif cand.stack(g.anchor):
+            extra = max(extra, stack_copy_bytes(w, cand.stack(g.anchor), item))
         elif sched.impl == IMPL_LIBRARY:
             op = w.op(g.anchor)
             form = gemm_form(op)

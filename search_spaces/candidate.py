@@ -55,12 +55,16 @@ class Candidate:
     ``orders``: the product statements split into pairwise contractions, each with its order (a
     binary tree over the statement's factors, see search_spaces.orders).  Partition, layouts and
     schedules then refer to the rewritten workload (search_spaces.rewrite.rewritten), whose new
-    intermediates (``r__1``, ...) are ordinary tensors."""
+    intermediates (``r__1``, ...) are ordinary tensors.
+
+    ``stacks``: sibling contractions run as one library GEMM, each tuple in program order
+    (search_spaces.siblings); the stack runs in the first member's place."""
     fused: tuple[str, ...]
     layouts: tuple[tuple[str, tuple[int, ...]], ...]
     schedules: tuple[GroupSchedule, ...]
     name: str = ""
     orders: tuple[tuple[str, Tree], ...] = ()
+    stacks: tuple[tuple[str, ...], ...] = ()
 
     def layout(self, tensor: str, rank: int) -> tuple[int, ...]:
         for t, perm in self.layouts:
@@ -85,7 +89,13 @@ class Candidate:
              "name": self.name}
         if self.orders:   # absent when nothing is split: such plans keep their keys
             d["orders"] = {stmt: to_json(t) for stmt, t in self.orders}
+        if self.stacks:   # likewise absent when nothing is stacked
+            d["stacks"] = [list(s) for s in self.stacks]
         return d
+
+    def stack(self, member: str) -> tuple[str, ...]:
+        """The stack ``member`` runs in (empty if none)."""
+        return next((s for s in self.stacks if member in s), ())
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
@@ -98,7 +108,8 @@ class Candidate:
             schedules=tuple(sorted((GroupSchedule.from_dict(s) for s in d["schedules"]),
                                    key=lambda s: s.anchor)),
             name=d.get("name", ""),
-            orders=tuple(sorted((stmt, canonical(t)) for stmt, t in d.get("orders", {}).items())))
+            orders=tuple(sorted((stmt, canonical(t)) for stmt, t in d.get("orders", {}).items())),
+            stacks=tuple(sorted(tuple(str(m) for m in s) for s in d.get("stacks", []))))
 
     @staticmethod
     def from_json(text: str) -> "Candidate":
@@ -113,11 +124,13 @@ class Candidate:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def make_candidate(fused, layouts: dict, schedules, name: str = "", orders=()) -> Candidate:
-    """Canonical constructor: sorted edges, layouts, schedules and orders, so equal plans
-    compare equal."""
+def make_candidate(fused, layouts: dict, schedules, name: str = "", orders=(),
+                   stacks=()) -> Candidate:
+    """Canonical constructor: sorted edges, layouts, schedules, orders and stacks, so equal
+    plans compare equal (a stack keeps its members' program order)."""
     return Candidate(tuple(sorted(fused)),
                      tuple(sorted((t, tuple(p)) for t, p in layouts.items()
                                   if tuple(p) != tuple(range(len(p))))),
                      tuple(sorted(schedules, key=lambda s: s.anchor)), name,
-                     tuple(sorted((stmt, canonical(t)) for stmt, t in dict(orders).items())))
+                     tuple(sorted((stmt, canonical(t)) for stmt, t in dict(orders).items())),
+                     tuple(sorted(tuple(s) for s in stacks)))

@@ -211,6 +211,8 @@ def chained_plan(space: SearchSpace) -> Candidate:
             return 1
         if kind == "chain_block":
             return min(opts, key=lambda b: abs(b - CHAIN_BLOCK))
+        if kind == "stack":
+            return int(bool(base.stack(rest)))
         if kind == "impl":
             impl = next((s.impl for s in base.schedules if s.anchor == rest), IMPL_LOOP)
             return impl if impl in opts else opts[-1]

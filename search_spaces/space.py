@@ -24,11 +24,11 @@ from .candidate import (IMPL_KERNEL, IMPL_LIBRARY, IMPL_LOOP, STANDALONE_IMPLS, 
 from .chain import Chain, detect
 from .gemm import gemm_form
 from .kernel import KernelBounds
-from .kernel_space import (ask_kernel_fusions, kernel_answer, kernel_params, kernel_question_options,
-                           kernel_schedule)
+from .kernel_space import ask_kernel_fusions, kernel_params, kernel_question_options
 from .orders import OrderChoices, order_choices
 from .partition import groups, materialized, repair
 from .rewrite import Orders, rewrite
+from .siblings import sibling_sets, stackable
 from .space_spec import edges_of
 from .trees import parse_tree, tree_text
 from .workload import Workload
@@ -40,7 +40,9 @@ from .workload import Workload
 #    and its fusions (fuse:p->c into a kernel contraction's group, search_spaces.kernel_fusion).
 # 4: online-softmax chains (the chain:ANCHOR and chain_block:ANCHOR parameters,
 #    GroupSchedule.chain_block).
-SPACE_VERSION = "4"
+# 5: sibling contractions stacked into one library GEMM (the stack:ANCHOR parameters,
+#    Candidate.stacks, search_spaces.siblings).
+SPACE_VERSION = "5"
 UNSPLIT = "none"          # the order:STMT answer that leaves the statement as written
 Choose = Callable[[str, Sequence], object]
 
@@ -50,11 +52,13 @@ class TileBounds:
     """Tile sizes a backend accepts: powers of two in [lo, hi]; ``kernel``: what the machine
     allows the generated contraction kernel, for a backend that has one (None: no ``kernel``
     impl in the space); ``chains``: whether its code generator runs online-softmax chains
-    (search_spaces.chain), so that its spaces offer them."""
+    (search_spaces.chain), so that its spaces offer them; ``stacks``: whether its executor
+    runs sibling contractions stacked as one library GEMM (search_spaces.siblings)."""
     lo: int = 1
     hi: int = 256
     kernel: KernelBounds | None = None
     chains: bool = True
+    stacks: bool = False
 
 
 class SearchSpace:
@@ -96,6 +100,8 @@ class SearchSpace:
         self.auto_layouts = self._auto_layouts()
         # `chains = false` in [space] turns the online-softmax fusion off for one workload
         self.chains = detect(w) if bounds.chains and spec.get("chains", True) else {}
+        # `stacks = false` in [space] likewise turns sibling stacking off
+        self.siblings = sibling_sets(w) if bounds.stacks and spec.get("stacks", True) else ()
 
     # ---- contraction orders --------------------------------------------------------------
     def variant(self, orders: Orders) -> "SearchSpace":
@@ -139,6 +145,8 @@ class SearchSpace:
             return self.chain_blocks(rest) if rest in self.chains else None
         if kind == "fuse":
             return [0, 1] if tuple(rest.split("->")) in self.edges else None
+        if kind == "stack":
+            return [0, 1] if any(s.anchor == rest for s in self.siblings) else None
         if kind == "layout":
             return self.layout_options(rest) if rest in self.w.shapes else None
         if kind == "tile":
@@ -285,56 +293,15 @@ class SearchSpace:
             block = int(choose(f"chain_block:{g.anchor}", self.chain_blocks(g.anchor))) \
                 if g.anchor in chains else 0
             scheds.append(GroupSchedule(g.anchor, tiles, IMPL_LOOP, chain_block=block))
-        return make_candidate([f"{p}->{c}" for p, c in fused], layouts, scheds, name)
+        stacks = []
+        for sib in self.siblings:
+            members = stackable(w, sib, impl,
+                                lambda t: layouts.get(t, tuple(range(len(w.shapes[t])))))
+            if members and choose(f"stack:{sib.anchor}", [0, 1]):
+                stacks.append(members)
+        return make_candidate([f"{p}->{c}" for p, c in fused], layouts, scheds, name,
+                              stacks=stacks)
 
     def random(self, rng) -> Candidate:
         """A uniformly drawn candidate (``rng``: numpy Generator)."""
         return self.build(lambda _n, opts: opts[int(rng.integers(len(opts)))])
-
-
-def params_of(space: SearchSpace, cand: Candidate) -> dict[str, object] | None:
-    """The answers to ``space.build``'s questions that rebuild ``cand`` (None if none do):
-    how a named or model-picked plan is handed to a sampler as an ordinary trial."""
-    trees = dict(cand.orders)
-    if any(stmt not in space.order_choices or tree_text(t) not in space.order_options(stmt)
-           for stmt, t in trees.items()):
-        return None                     # an order this space does not offer
-    top, space = space, space.variant(cand.orders)   # the questions after the orders
-    w = space.w
-    fused = cand.fused_pairs
-    params: dict[str, object] = {}
-
-    def answer(name: str, opts):
-        kind, _, rest = name.split("@", 1)[0].partition(":")
-        if kind == "order":
-            val = tree_text(trees[rest]) if rest in trees else UNSPLIT
-        elif kind in ("chain", "chain_block"):
-            block = next((s.chain_block for s in cand.schedules if s.anchor == rest), 0)
-            val = int(block > 0) if kind == "chain" else block
-        elif kind == "impl":
-            sched = kernel_schedule(cand, rest)
-            val = sched.impl if sched is not None else IMPL_LOOP
-        elif kind == "fuse":
-            p, c = rest.split("->")
-            val = int((p, c) in fused)
-        elif kind == "layout":
-            perm = cand.layout(rest, len(w.shapes[rest]))
-            perms = space.layout_options(rest)
-            val = perms.index(perm) if perm in perms else 0
-        elif kind == "kernel":
-            anchor, what = rest.rsplit(":", 1)
-            sched = kernel_schedule(cand, anchor)
-            val = opts[-1] if sched is None else kernel_answer(sched.kernel, what,
-                                                               space.kernel_bounds, space.w, opts)
-        else:
-            anchor, k = rest.rsplit(":", 1)
-            tiles = cand.schedule(anchor).tiles
-            val = tiles[int(k)] if int(k) < len(tiles) else opts[-1]
-        if val not in opts:
-            val = opts[-1]
-        params[name] = val
-        return val
-
-    built = top.build(answer)
-    return params if built.key == cand.key else None
-

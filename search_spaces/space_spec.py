@@ -16,7 +16,8 @@ from typing import Callable
 
 from .ir import Op
 
-SPACE_KEYS = {"tiles", "forbid_fusion", "force_fusion", "contraction_impls", "layouts", "chains"}
+SPACE_KEYS = {"tiles", "forbid_fusion", "force_fusion", "contraction_impls", "layouts", "chains",
+              "stacks"}
 # a library GEMM, a generated tiled loop nest, or the generated GEMM kernel (CPU backend)
 IMPLS = ("library", "loop", "kernel")
 
@@ -68,8 +69,9 @@ def validate_space(raw, ops, err: Callable[..., Exception]) -> dict:
         if raw["layouts"] not in ("auto", "all", "identity"):
             raise err("[space] layouts must be \"auto\", \"all\" or \"identity\"", "layouts")
         out["layouts"] = raw["layouts"]
-    if "chains" in raw:
-        if not isinstance(raw["chains"], bool):
-            raise err("[space] chains must be true or false", "chains")
-        out["chains"] = raw["chains"]
+    for key in ("chains", "stacks"):
+        if key in raw:
+            if not isinstance(raw[key], bool):
+                raise err(f"[space] {key} must be true or false", key)
+            out[key] = raw[key]
     return out

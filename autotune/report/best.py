@@ -45,7 +45,8 @@ def _named_times(trials: list[StoredTrial], batch: list[StoredTrial]
 
 
 def plan_summary(cand: Candidate) -> str:
-    """One line: contraction orders, fused edges, library groups, non-identity layouts."""
+    """One line: contraction orders, fused edges, library groups, stacked siblings,
+    non-identity layouts."""
     lib = [s.anchor for s in cand.schedules if s.impl == "library"]
     parts = [f"{len(cand.schedules)} groups", f"fused {', '.join(cand.fused) or 'nothing'}"]
     if cand.orders:
@@ -53,6 +54,8 @@ def plan_summary(cand: Candidate) -> str:
                                              for stmt, t in cand.orders))
     if lib:
         parts.append(f"library GEMM for {', '.join(lib)}")
+    if cand.stacks:
+        parts.append("stacked " + ", ".join("+".join(s) for s in cand.stacks))
     if cand.layouts:
         parts.append("layouts " + ", ".join(f"{t}{list(p)}" for t, p in cand.layouts))
     return "; ".join(parts)

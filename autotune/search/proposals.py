@@ -12,7 +12,7 @@ import numpy as np
 from costmodel import estimate
 from search_spaces.candidate import Candidate
 from search_spaces.plans import NAMED_PLANS, named_plan
-from search_spaces.space import params_of
+from search_spaces.answers import params_of
 
 from autotune.search.config import SearchConfig
 

@@ -15,7 +15,7 @@ from costmodel.model import memory_bytes
 from db.records import Status, StoredTrial, TrialOutcome
 from search_spaces.candidate import Candidate
 from search_spaces.plans import named_plan
-from search_spaces.space import params_of
+from search_spaces.answers import params_of
 
 from autotune.search.config import Progress
 from autotune.search.noise import NoiseBand, leniency

@@ -9,7 +9,8 @@ import pytest
 
 from search_spaces import load_workload
 from search_spaces.exhaustive import SpaceTooLarge, all_candidates
-from search_spaces.space import SearchSpace, TileBounds, params_of
+from search_spaces.space import SearchSpace, TileBounds
+from search_spaces.answers import params_of
 
 NARROW = {"tiles": [4096], "layouts": "identity"}      # no tiling: fusion and impls only
 

@@ -8,7 +8,8 @@ import numpy as np
 from search_spaces.candidate import IMPL_KERNEL
 from search_spaces.kernel import SPLIT_BATCH, KernelBounds
 from search_spaces.kernel_space import kernel_question_options
-from search_spaces.space import SearchSpace, TileBounds, params_of
+from search_spaces.space import SearchSpace, TileBounds
+from search_spaces.answers import params_of
 from tests.search_spaces.test_orders import workload
 
 BOUNDS = TileBounds(1, 256, KernelBounds(vec_bytes=(32, 16), registers=16, cores=2))

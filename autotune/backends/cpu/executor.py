@@ -35,6 +35,7 @@ from autotune.backends.cpu.gemm_call import GemmKernel, kernel_spec
 from autotune.backends.cpu.gemm_driver import kernel_source
 from autotune.backends.cpu.gemm_kernel import KernelSpec
 from autotune.backends.cpu.kernel_group import KernelGroup, as3, view3
+from autotune.backends.cpu.stacked import StackedGemm
 from autotune.backends.cpu.staging import Staging
 from autotune.threads import cores
 
@@ -183,12 +184,23 @@ class CompiledPlan:
         self.logical: dict[str, np.ndarray] = {}
         self._pool = pool
         inter = sorted(mats - set(w.outputs))
-        names = inter + list(w.outputs)
-        sizes = [int(np.prod(w.shapes[t], dtype=np.int64)) * self.dtype.itemsize for t in names]
-        raws = (pool if pool is not None else BufferPool()).take_all(sizes)
-        self._raw = dict(zip(names, raws))
+        # one buffer per tensor, but one for each stack of siblings: their results lie one
+        # after the other, the stacked GEMM's result matrix (autotune.backends.cpu.stacked)
+        stacked = {m for s in cand.stacks for m in s}
+        blocks = [(t,) for t in inter if t not in stacked] + list(cand.stacks) \
+            + [(o,) for o in w.outputs]
+        nbytes = lambda t: int(np.prod(w.shapes[t], dtype=np.int64)) * self.dtype.itemsize
+        self._blocks = (pool if pool is not None else BufferPool()).take_all(
+            [sum(nbytes(t) for t in b) for b in blocks])
+        self._raw = {}
+        for b, raw in zip(blocks, self._blocks):
+            offsets = np.cumsum([0] + [nbytes(t) for t in b])
+            self._raw.update((t, raw[lo:hi]) for t, lo, hi in zip(b, offsets, offsets[1:]))
         for t in inter:
             self._place(t)
+        self.stacks = {s[0]: StackedGemm(w, cand, s, self._blocks[blocks.index(s)], self.staging)
+                       for s in cand.stacks}
+        self._skipped = stacked - set(self.stacks)   # run by their stack's first member
         for o in w.outputs:
             self._last_out[o] = self._raw[o].view(self.dtype).reshape(w.shapes[o])
         self.fns = {a: getattr(self.libs[a], k.name) for a, k in self.kernels.items()}
@@ -209,8 +221,9 @@ class CompiledPlan:
         self.staging.close()
         if self._pool is None or not self._raw:
             return
-        raws = list(self._raw.values())
+        raws = self._blocks
         self.storage, self.logical, self._last_out, self._raw = {}, {}, {}, {}
+        self.stacks, self._blocks = {}, []
         # every NumPy view of a buffer references it: beyond the list, the loop variable and
         # getrefcount's argument, a reference is an array somebody still holds
         self._pool.give([b for b in raws if sys.getrefcount(b) <= 3])
@@ -242,7 +255,11 @@ class CompiledPlan:
         clock = time.perf_counter
         stamps = [clock()]
         for g in self.groups:
-            if self.cand.schedule(g.anchor).impl == IMPL_LIBRARY:
+            if g.anchor in self.stacks:
+                self.stacks[g.anchor](env)
+            elif g.anchor in self._skipped:
+                pass
+            elif self.cand.schedule(g.anchor).impl == IMPL_LIBRARY:
                 self._gemm(g.anchor, env)
             elif self.cand.schedule(g.anchor).impl == IMPL_KERNEL:
                 self.kernel_groups[g.anchor](env)

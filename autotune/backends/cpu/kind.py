@@ -48,10 +48,10 @@ class CpuBackendKind:
 
     @property
     def tile_bounds(self) -> TileBounds:
-        """Loop tiles up to 256, and this machine's bounds for the generated contraction
-        kernel (so the space offers the ``kernel`` impl)."""
+        """Loop tiles up to 256, this machine's bounds for the generated contraction kernel
+        (so the space offers the ``kernel`` impl), and stacked sibling GEMMs."""
         from autotune.backends.cpu.machine import machine_bounds
-        return TileBounds(1, 256, machine_bounds())
+        return TileBounds(1, 256, machine_bounds(), stacks=True)
 
     def device_spec(self, env: Environment) -> DeviceSpec:
         """The calibrated spec of this machine (``autotune calibrate``), else the defaults

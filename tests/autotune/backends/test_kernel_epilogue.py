@@ -17,7 +17,8 @@ from search_spaces import load_workload
 from search_spaces.candidate import IMPL_KERNEL, Candidate
 from search_spaces.kernel_fusion import epilogue_of, kernel_parts
 from search_spaces.partition import groups
-from search_spaces.space import SearchSpace, params_of
+from search_spaces.space import SearchSpace
+from search_spaces.answers import params_of
 from tests.search_spaces.test_orders import workload
 
 

@@ -19,7 +19,8 @@ from search_spaces.kernel_fusion import kernel_parts
 from search_spaces.gemm import gemm_form
 from search_spaces.kernel_space import kernel_schedule
 from search_spaces.plans import named_plan
-from search_spaces.space import SearchSpace, TileBounds, params_of
+from search_spaces.space import SearchSpace, TileBounds
+from search_spaces.answers import params_of
 from search_spaces import parse_workload
 from search_spaces.loader import builtin_text
 from tests.conftest import SMALL_DIMS

@@ -10,7 +10,7 @@ import costmodel
 from autotune.backends.factory import backend_kind
 from search_spaces.candidate import IMPL_KERNEL
 from search_spaces.kernel_fusion import kernel_parts, prologue_of
-from search_spaces.space import params_of
+from search_spaces.answers import params_of
 from tests.autotune.backends.test_kernel_epilogue import kernel_plan, run_checked, space_of
 from tests.search_spaces.test_orders import workload
 

@@ -16,7 +16,8 @@ from autotune.search.config import SearchConfig
 from autotune.search.state import SearchState
 from costmodel import preset
 from search_spaces.plans import named_plan
-from search_spaces.space import SearchSpace, params_of
+from search_spaces.space import SearchSpace
+from search_spaces.answers import params_of
 
 
 class Recorder:

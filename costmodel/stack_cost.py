@@ -1,0 +1,67 @@
+"""The cost of a stack of sibling contractions run as one library GEMM (search_spaces.siblings).
+Pure, no I/O.
+
+The stack is one GEMM ``(sum D, K) @ (K, S)`` with the members' flops, priced at the rate of that
+shape, plus the copy of the differing operands side by side on every call, minus what the
+members' own GEMMs spent re-reading the shared operand: BLAS packs the operand it streams once
+per call, a pass over its bytes that is not overlapped with the arithmetic, and a stack makes it
+once instead of once per member.  The size of that pass is what the calibrated skinny-K rate
+leaves room for (trimul's projections, K = N = 128: packing M x K floats beside 2 M N K flops is
+4 x rate / (N x bandwidth), about a fifth of the GEMM at 190 GFLOP/s and 30 GB/s), and what was
+measured (2 cores, OpenBLAS: five M=65536 projections 81.8 ms apart, 65.7 ms stacked).
+"""
+from __future__ import annotations
+
+import math
+
+from search_spaces.candidate import IMPL_LIBRARY
+from search_spaces.gemm import as_matrix_view, gemm_form, operand_groups
+from search_spaces.siblings import free_groups, stack_of
+from search_spaces.workload import Workload
+
+from .devices import DeviceSpec
+from .estimate import GroupCost
+from .rates import gemm_rate, library_launch_s
+
+
+def stacked_group(w: Workload, members: tuple[str, ...], layout_of, dev: DeviceSpec,
+                  item: int) -> GroupCost:
+    """The predicted cost of the stack ``members`` (all of it: the first member's group runs
+    it, the others' run nothing)."""
+    sib = stack_of(w, members)
+    op = w.op(members[0])
+    form = gemm_form(op)
+    ext = dict(zip(op.domain, op.extents))
+    size = lambda idx: math.prod(ext[i] for i in idx)
+    d_group, s_group = free_groups(form, sib.shared)
+    n, d, s, k = len(members), size(d_group), size(s_group), size(form.k)
+    flops = 2.0 * n * d * s * k
+    shared = form.a if sib.shared == "a" else form.b
+    shared_bytes = math.prod(w.shapes[shared.tensor]) * item
+    differing = n * d * k * item
+    results = n * d * s * item
+    unique = shared_bytes + differing + results
+    copy_bytes = 2.0 * differing                  # the differing operands, side by side
+    ga, gb, _ = operand_groups(form)
+    if not as_matrix_view(shared.idx, w.shapes[shared.tensor], layout_of(shared.tensor),
+                          ga if sib.shared == "a" else gb):
+        copy_bytes += 2 * shared_bytes * dev.access.transpose_copy
+    compute = flops / gemm_rate(dev, 1, n * d, s, k)
+    memory = unique / dev.bandwidth
+    saved = (n - 1) * 2.0 * shared_bytes / dev.bandwidth
+    # never below the same flops at the library's large-shape rate
+    t = max(max(compute, memory) - saved, flops / dev.gemm_flops) \
+        + copy_bytes / dev.bandwidth + library_launch_s(dev)
+    return GroupCost(ops=tuple(members), anchor=members[0], impl=IMPL_LIBRARY, tiles=(),
+                     predicted_s=t, flops=flops, recomputed_flops=0.0, transcendentals=0.0,
+                     bytes=unique + copy_bytes, unique_bytes=unique, launches=1,
+                     bound="compute" if compute >= memory else "memory", fused=())
+
+
+def stack_copy_bytes(w: Workload, members: tuple[str, ...], item: int) -> int:
+    """Bytes of the kept matrix the differing operands are copied into."""
+    op = w.op(members[0])
+    form = gemm_form(op)
+    ext = dict(zip(op.domain, op.extents))
+    d_group, _ = free_groups(form, stack_of(w, members).shared)
+    return len(members) * math.prod(ext[i] for i in d_group + form.k) * item
