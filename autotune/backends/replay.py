@@ -32,7 +32,9 @@ def recorded_measurements(trials: list[StoredTrial]) -> dict[str, Measurement]:
         if t.status == Status.PRUNED or key in out or is_confirmation(t.study):
             continue
         if t.status == Status.OK:
-            out[key] = Measurement(Status.OK, t.measured_s, t.times or (t.measured_s,), t.rel_err)
+            # with the group times, so the learned correction sees what it saw when recorded
+            out[key] = Measurement(Status.OK, t.measured_s, t.times or (t.measured_s,), t.rel_err,
+                                   groups=tuple(t.groups or ()))
         else:
             out[key] = Measurement(Status.FAILED, rel_err=t.rel_err, error=t.error or "")
     return out

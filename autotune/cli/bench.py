@@ -56,13 +56,13 @@ def bench_cmd(workload: WorkloadArg = DEFAULT_WORKLOAD,
         raise CliError("--search-budget must be at least 1")
     command = shlex.join(["autotune", *sys.argv[1:]])
     greedy = greedy_timeout if greedy_timeout > 0 else None
+    if every and (dims or workload != DEFAULT_WORKLOAD or module):
+        raise CliError("--all benches every built-in at its default dims: give no "
+                       "workload, no --dims and no --module with it")
+    opts = _Options(device, peers, rounds, search_budget or (ALL_BUDGET if every else None),
+                    db, out, greedy, seed, command)
     if every:
-        if dims or workload != DEFAULT_WORKLOAD or module:
-            raise CliError("--all benches every built-in at its default dims: give no "
-                           "workload, no --dims and no --module with it")
-        return _bench_all(device, peers, rounds, plot, search_budget or ALL_BUDGET, db, out,
-                          greedy, seed, command)
-    opts = _Options(device, peers, rounds, search_budget, db, out, greedy, seed, command)
+        return _bench_all(opts, plot)
     if module:
         return _bench_module(workload, dims, opts, fmt, plot)
     result = _bench_one(load(workload, dims), opts)
@@ -143,21 +143,19 @@ def _bench_module(workload: str, dims: Optional[str], o: _Options, fmt: str,
     typer.echo(f"wrote {path}", err=fmt == "json")
 
 
-def _bench_all(device, peers, rounds, plot, budget, db, out, greedy_timeout, seed, command):
+def _bench_all(o: _Options, plot: Optional[str]) -> None:
     """Each built-in's own bench run (one process each, interleaved), then the summary."""
     from pathlib import Path
 
     from search_spaces.loader import builtin_names
 
-    from autotune.bench.run import run_bench
     from autotune.bench.summary import failed_row, format_summary, save_summary, summary_row
     rows = []
     for name in builtin_names():
         w = load(name, None)
         typer.echo(f"== {name}", err=True)
         try:
-            result = run_bench(w, device, peers, rounds, db, budget, greedy_timeout, seed, out,
-                               command, log=lambda s: typer.echo(s, err=True))
+            result = _bench_one(w, o)
         except CliError:
             raise
         except Exception as e:   # one workload's failure is its row, not the end of the run
@@ -165,7 +163,7 @@ def _bench_all(device, peers, rounds, plot, budget, db, out, greedy_timeout, see
             continue
         rows.append(summary_row(result))
     typer.echo(format_summary(rows))
-    path = save_summary(rows, Path(out) / f"bench-all-{device}.json", command, device)
+    path = save_summary(rows, Path(o.out) / f"bench-all-{o.device}.json", o.command, o.device)
     typer.echo(f"wrote {path}")
     if plot:
         from autotune.report.plots import plot_summary
