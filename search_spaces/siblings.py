@@ -79,11 +79,12 @@ def stack_layout(w: Workload, sib: Siblings, member: str) -> tuple[int, ...]:
 
 
 def stackable(w: Workload, sib: Siblings, impl: dict[str, str],
-              layout_of: Callable[[str], tuple[int, ...]]) -> tuple[str, ...]:
-    """The members of ``sib`` a candidate with these impls and layouts can stack: library
-    GEMMs stored in :func:`stack_layout` (empty when fewer than two are)."""
+              offered: Callable[[str], list[tuple[int, ...]]]) -> tuple[str, ...]:
+    """The members of ``sib`` a candidate with these impls can stack: the library GEMMs whose
+    :func:`stack_layout` is among the layouts ``offered`` for them (empty when fewer than two
+    are).  Stacking them stores each in that layout."""
     ok = tuple(m for m in sib.members
-               if impl.get(m) == IMPL_LIBRARY and layout_of(m) == stack_layout(w, sib, m))
+               if impl.get(m) == IMPL_LIBRARY and stack_layout(w, sib, m) in offered(m))
     return ok if len(ok) >= 2 else ()
 
 

@@ -28,7 +28,7 @@ from .kernel_space import ask_kernel_fusions, kernel_params, kernel_question_opt
 from .orders import OrderChoices, order_choices
 from .partition import groups, materialized, repair
 from .rewrite import Orders, rewrite
-from .siblings import sibling_sets, stackable
+from .siblings import sibling_sets, stack_layout, stackable
 from .space_spec import edges_of
 from .trees import parse_tree, tree_text
 from .workload import Workload
@@ -271,8 +271,14 @@ class SearchSpace:
         that run as online-softmax chains (each group exactly its chain's members)."""
         w = self.w
         mats = materialized(w, fused)
-        layouts = {}
-        for t in sorted(mats):
+        # stacks first: a stack fixes its members' layouts, so one answer turns it on
+        stacks, layouts = [], {}
+        for sib in self.siblings:
+            members = stackable(w, sib, impl, self.layout_options)
+            if members and choose(f"stack:{sib.anchor}", [0, 1]):
+                stacks.append(members)
+                layouts.update((m, stack_layout(w, sib, m)) for m in members)
+        for t in sorted(mats - set(layouts)):
             opts = self.layout_options(t)
             layouts[t] = opts[0] if len(opts) == 1 else tuple(
                 opts[int(choose(f"layout:{t}", list(range(len(opts)))))])
@@ -293,12 +299,6 @@ class SearchSpace:
             block = int(choose(f"chain_block:{g.anchor}", self.chain_blocks(g.anchor))) \
                 if g.anchor in chains else 0
             scheds.append(GroupSchedule(g.anchor, tiles, IMPL_LOOP, chain_block=block))
-        stacks = []
-        for sib in self.siblings:
-            members = stackable(w, sib, impl,
-                                lambda t: layouts.get(t, tuple(range(len(w.shapes[t])))))
-            if members and choose(f"stack:{sib.anchor}", [0, 1]):
-                stacks.append(members)
         return make_candidate([f"{p}->{c}" for p, c in fused], layouts, scheds, name,
                               stacks=stacks)
 

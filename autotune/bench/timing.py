@@ -58,7 +58,7 @@ MAX_CALLS = 50
 # the first call after 0.2 s idle paid 3-15 ms of waking up (gated_mlp's heuristic plan, the
 # same process: 6-12 ms medians back to back, 22-26 ms one call after each 0.2 s pause), which
 # is most of a few-ms contender and under 2 % of a 1 s one.
-WARM_BELOW_S = 1.0
+ROUND_WARM_BELOW_S = 1.0
 # (One untimed call is not enough on a shared virtual machine: the waking up is counted in
 # time, not calls; autotune.backends.base.WARM_UP_S has the figures.)
 
@@ -77,7 +77,7 @@ def time_rounds(runners: dict, rounds: int, seed: int, say, settle_s: float = SE
     pause of ``settle_s`` in which the previous one's worker threads go idle; a contender
     faster than ``min_round_s`` runs :func:`calls_per_round` calls back to back in its turn
     and the round records their mean (the count from one timed call first), one faster than
-    :data:`WARM_BELOW_S` after untimed calls for ``warm_s``
+    :data:`ROUND_WARM_BELOW_S` after untimed calls for ``warm_s``
     (:func:`autotune.backends.base.warm_up`).  Returns each contender's per-round seconds and
     its calls per round."""
     batch, warm = {}, {}
@@ -85,7 +85,8 @@ def time_rounds(runners: dict, rounds: int, seed: int, say, settle_s: float = SE
         t0 = time.perf_counter()
         out = r.call()
         took = time.perf_counter() - t0
-        batch[name], warm[name] = calls_per_round(took, min_round_s), took < WARM_BELOW_S
+        batch[name] = calls_per_round(took, min_round_s)
+        warm[name] = took < ROUND_WARM_BELOW_S
         del out
     times: dict[str, list[float]] = {n: [] for n in runners}
     rng = random.Random(seed)

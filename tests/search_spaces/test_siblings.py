@@ -47,10 +47,9 @@ def shared_b():
 
 
 def stacking_choice(space: SearchSpace, rng):
-    """A ``choose`` that runs every sibling as a stackable library GEMM and stacks it; every
-    other question at random."""
-    sibs = {m: s for s in space.siblings for m in s.members}
-    w = space.w
+    """A ``choose`` that runs every sibling as a library GEMM and stacks it (which fixes the
+    members' layouts); every other question at random."""
+    sibs = {m for s in space.siblings for m in s.members}
 
     def choose(q, opts):
         kind, _, rest = q.partition(":")
@@ -58,8 +57,7 @@ def stacking_choice(space: SearchSpace, rng):
             return "library"
         if kind == "stack":
             return 1
-        if kind == "layout" and rest in sibs:
-            return space.layout_options(rest).index(stack_layout(w, sibs[rest], rest))
+        assert not (kind == "layout" and rest in sibs), f"{q}: a stacked member's layout"
         return opts[int(rng.integers(len(opts)))]
     return choose
 

@@ -42,7 +42,7 @@ from autotune.threads import cores
 
 # A checked first call shorter than this is followed by one more before any sample is taken
 # (see CompiledPlan.timed_call); longer ones are their own sample, their one-time costs under 1 %.
-WARM_BELOW_S = 0.2
+FIRST_CALL_WARM_BELOW_S = 0.2
 
 
 threads.warn_if_late()     # the settings the plans need came too late for a runtime
@@ -276,7 +276,7 @@ class CompiledPlan:
                    cutoff: Cutoff = Cutoff()) -> tuple[Arrays, list[float]]:
         """(outputs of the last run, host seconds of the timed runs).  The checked first run
         is a timed sample too (the buffers are pre-faulted, so it is steady-state; one under
-        WARM_BELOW_S is followed by one more, which is the sample); when
+        FIRST_CALL_WARM_BELOW_S is followed by one more, which is the sample); when
         ``cutoff`` gives up on it, it is the only one; after ``warmup`` untimed runs the
         repeats stop early once the first two are out of contention (runs under load do
         not count: :func:`autotune.backends.base.timed_runs`)."""
@@ -289,7 +289,7 @@ class CompiledPlan:
             seconds = time.perf_counter() - t0
             if check is not None and not check(last[0]):
                 return None
-            if seconds < WARM_BELOW_S:
+            if seconds < FIRST_CALL_WARM_BELOW_S:
                 # a short plan's first call is not steady-state: it is the run that touches
                 # its code pages and wakes OpenMP's and BLAS's threads (measured idle, 2 cores,
                 # four 4-6 ms gelu_mlp plans: first calls 1-20 % slower than the five after,

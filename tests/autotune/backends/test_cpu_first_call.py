@@ -44,11 +44,11 @@ def test_a_short_cold_first_call_is_not_the_sample(small, tmp_path):
     # untimed calls for WARM_UP_S after it (the host's waking up), then the sample
     assert plan.calls >= 3 and len(times) == 1
     assert times[0] < 0.1                 # the sample is a warm call
-    assert executor.WARM_BELOW_S > 0.1    # (what makes 0.1 s "short")
+    assert executor.FIRST_CALL_WARM_BELOW_S > 0.1    # (what makes 0.1 s "short")
 
 
 def test_a_long_first_call_is_its_own_sample(small, tmp_path):
-    long = executor.WARM_BELOW_S + 0.05
+    long = executor.FIRST_CALL_WARM_BELOW_S + 0.05
     w, plan = _plan(small, tmp_path, (long,))
     _, times = plan.timed_call(w.random_inputs(0), 0, 1, check=lambda outs: True)
     assert plan.calls == 1 and len(times) == 1 and times[0] >= long

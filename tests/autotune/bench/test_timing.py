@@ -36,7 +36,7 @@ def test_fast_contenders_are_batched_and_their_rounds_are_means():
                                settle_s=0.0, min_round_s=0.02, warm_s=0.0)
     assert calls["slow"] == 1 and 3 <= calls["fast"] <= 10
     # one timed call decides the batch, then every round makes one untimed call (warm_s=0: the
-    # least warm-up; both are under WARM_BELOW_S) and the batch
+    # least warm-up; both are under ROUND_WARM_BELOW_S) and the batch
     assert slow.calls == 1 + 3 * 2 and fast.calls == 1 + 3 * (1 + calls["fast"])
     assert len(times["fast"]) == len(times["slow"]) == 3 and len(said) == 3
     # a round's figure is per call, not per batch
@@ -59,7 +59,7 @@ def test_warm_up_is_counted_in_time_not_calls():
 
 def test_a_contender_over_a_second_is_not_warmed(monkeypatch):
     import autotune.bench.timing as timing
-    monkeypatch.setattr(timing, "WARM_BELOW_S", 0.01)
+    monkeypatch.setattr(timing, "ROUND_WARM_BELOW_S", 0.01)
     slow = Sleeper(0.02)
     times, calls = time_rounds({"slow": slow}, rounds=2, seed=0, say=lambda _: None,
                                settle_s=0.0, min_round_s=0.01)
