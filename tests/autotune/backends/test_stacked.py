@@ -11,6 +11,7 @@ import pytest
 from autotune.api import make_executable
 from autotune.backends.base import verify
 from autotune.reference import reference
+from autotune.report.best import plan_summary
 from search_spaces import load_workload
 from search_spaces.plans import named_plan
 from search_spaces.space import SearchSpace, TileBounds
@@ -51,6 +52,7 @@ def test_the_members_are_the_stacked_result_in_place(tmp_path):
         part = plan.storage[m]
         assert part.flags.c_contiguous and np.shares_memory(part, stack.result)
         assert part.ctypes.data == stack.result.ctypes.data + k * part.nbytes
+    assert f"stacked {'+'.join(members)}" in plan_summary(cand)     # what show-best prints
     plan(**w.random_inputs(1))
     xn = plan.logical["xn"].astype(np.float64)
     want = np.einsum("ijc,ch->ijh", xn, w.random_inputs(1)["w_ga"].astype(np.float64))
