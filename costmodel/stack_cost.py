@@ -16,7 +16,7 @@ import math
 
 from search_spaces.candidate import IMPL_LIBRARY
 from search_spaces.gemm import as_matrix_view, gemm_form, operand_groups
-from search_spaces.siblings import free_groups, stack_of
+from search_spaces.siblings import stack_extents, stack_of
 from search_spaces.workload import Workload
 
 from .devices import DeviceSpec
@@ -29,12 +29,9 @@ def stacked_group(w: Workload, members: tuple[str, ...], layout_of, dev: DeviceS
     """The predicted cost of the stack ``members`` (all of it: the first member's group runs
     it, the others' run nothing)."""
     sib = stack_of(w, members)
-    op = w.op(members[0])
-    form = gemm_form(op)
-    ext = dict(zip(op.domain, op.extents))
-    size = lambda idx: math.prod(ext[i] for i in idx)
-    d_group, s_group = free_groups(form, sib.shared)
-    n, d, s, k = len(members), size(d_group), size(s_group), size(form.k)
+    form = gemm_form(w.op(members[0]))
+    d, s, k = stack_extents(w, sib, members[0])
+    n = len(members)
     flops = 2.0 * n * d * s * k
     shared = form.a if sib.shared == "a" else form.b
     shared_bytes = math.prod(w.shapes[shared.tensor]) * item
@@ -60,8 +57,5 @@ def stacked_group(w: Workload, members: tuple[str, ...], layout_of, dev: DeviceS
 
 def stack_copy_bytes(w: Workload, members: tuple[str, ...], item: int) -> int:
     """Bytes of the kept matrix the differing operands are copied into."""
-    op = w.op(members[0])
-    form = gemm_form(op)
-    ext = dict(zip(op.domain, op.extents))
-    d_group, _ = free_groups(form, stack_of(w, members).shared)
-    return len(members) * math.prod(ext[i] for i in d_group + form.k) * item
+    d, _, k = stack_extents(w, stack_of(w, members), members[0])
+    return len(members) * d * k * item

@@ -17,6 +17,7 @@ are weights, small beside the shared operand), Y the shared operand as it is sto
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -68,6 +69,16 @@ def sibling_sets(w: Workload) -> tuple[Siblings, ...]:
 def free_groups(form: GemmForm, shared: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(D, S): the result's dims that come from the differing operand, then the shared one's."""
     return (form.n, form.m) if shared == "a" else (form.m, form.n)
+
+
+def stack_extents(w: Workload, sib: Siblings, member: str) -> tuple[int, int, int]:
+    """(D, S, K): the sizes of one member's result rows, result columns and contraction, as
+    the stacked GEMM ``(n D, K) @ (K, S)`` sees them."""
+    op = w.op(member)
+    form = gemm_form(op)
+    ext = dict(zip(op.domain, op.extents))
+    d, s = free_groups(form, sib.shared)
+    return tuple(math.prod(ext[i] for i in g) for g in (d, s, form.k))  # type: ignore[return-value]
 
 
 def stack_layout(w: Workload, sib: Siblings, member: str) -> tuple[int, ...]:

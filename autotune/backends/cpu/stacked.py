@@ -7,13 +7,11 @@ its layout allows, else a kept staging copy).
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from search_spaces.candidate import Candidate
 from search_spaces.gemm import gemm_form
-from search_spaces.siblings import checked_stack, free_groups
+from search_spaces.siblings import checked_stack, stack_extents
 from search_spaces.workload import Workload
 
 from autotune.backends.cpu.kernel_group import as3
@@ -36,11 +34,7 @@ class StackedGemm:
         self.form = f = forms[0]
         self.shared = f.a if sib.shared == "a" else f.b
         self.others = tuple(fm.b if sib.shared == "a" else fm.a for fm in forms)
-        ext = dict(zip(w.op(members[0]).domain, w.op(members[0]).extents))
-        d, s = free_groups(f, sib.shared)
-        self.d = math.prod(ext[i] for i in d)
-        s_ = math.prod(ext[i] for i in s)
-        self.k = math.prod(ext[i] for i in f.k)
+        self.d, s_, self.k = stack_extents(w, sib, members[0])
         dtype = np.dtype(w.dtype)
         if block.nbytes != len(members) * self.d * s_ * dtype.itemsize:
             raise ValueError(f"stack {members}: a block of {block.nbytes} bytes does not hold "
