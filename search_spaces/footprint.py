@@ -108,6 +108,80 @@ def loop_order(op: Op, dominant_strides: dict[str, int]) -> tuple[str, ...]:
                                                    op.domain.index(i))))
 
 
+# A loop at least this long fills the vector units (8 float32 lanes of AVX2); a shorter
+# innermost loop runs partly scalar.
+VECTOR_LANES = 8
+# A strided walk whose lines come back within this many bytes of other lines finds them in
+# the first-level cache (32 KiB on the x86 cores we run): it costs no more than a unit one.
+REUSE_BYTES = 32 * 1024
+LINE_BYTES = 64
+
+
+def write_strides(w: Workload, g: Group, op: Op, fp: tuple[tuple, ...], anchor: Op,
+                  tiles: tuple[int, ...], layout_of, inner: str) -> dict[str, int]:
+    """Element strides, by parallel index, of what ``op``'s loop nest writes when ``inner`` is
+    its innermost loop: a fused member's row-major tile buffer; the anchor's output in its
+    layout, or, for a sum or max whose layout walks ``inner`` with a stride, the tile buffer
+    it then accumulates in (the CPU generator's ``staged``)."""
+    local = strides(footprint_shape(op, fp, anchor, tiles), tuple(range(len(op.parallel))))
+    if op.out != g.anchor:
+        return dict(zip(op.parallel, local))
+    own = dict(zip(op.parallel, strides(op.out_shape, layout_of(op.out))))
+    if op.combiner in ("sum", "max") and inner in op.parallel and own[inner] != 1:
+        return dict(zip(op.parallel, local))
+    return own
+
+
+def revisited_far(st: dict[str, int], order: tuple[str, ...], extents: dict[str, int]) -> bool:
+    """Whether an access (element strides ``st`` by index) walked by the nest ``order``
+    (outermost first, trip counts ``extents``) touches more than :data:`REUSE_BYTES` of
+    other lines before it comes back to a line: the loops inside its unit-stride index's loop
+    each touch their own lines (no unit-stride index in the nest: every line once)."""
+    unit = [i for i in order if st.get(i) == 1]
+    if not unit:
+        return True
+    deeper = order[order.index(unit[0]) + 1:]
+    return math.prod(extents[i] for i in deeper if i in st) * LINE_BYTES > REUSE_BYTES
+
+
+def inner_loop(op: Op, reads: list[tuple[dict[str, int], bool]], writes,
+               order: tuple[str, ...], extents: dict[str, int]) -> str:
+    """The index ``op``'s innermost loop walks (the others keep ``order``, whose innermost
+    index, the dominant read's unit-stride one, wins ties): the one with the fewest gathers
+    (a read walked with a stride), scatters (the write walked with a stride, twice as dear: a
+    sum reads it back on every step) and partial vectors (an extent under
+    :data:`VECTOR_LANES`).  A strided walk whose lines are not :func:`revisited_far` stays
+    in L1 and only loses the vectors: a gather counts a half, a scatter a quarter, and a
+    gather from a small operand of memory nothing (measured below).  ``reads``: (strides by
+    index, whether the operand is small: a tensor of memory under an eighth of the largest
+    access) per read; ``writes(i)``: the write's strides with ``i`` innermost.
+
+    Why: walking only the dominant read contiguously, trimul's gb[i,k,c'] = xn[i,k,c] w[c,c']
+    with xn stored channel-first and tiles (256, 4, 128) ran its innermost loop over 4 ks
+    while scattering into a 512 KB accumulator (7.6 s, 2 GFLOP/s); over c' every access is
+    unit stride or invariant (1.4 s); a plan whose fused projection walked its 64-row tile
+    gathering from xn and scattering into its tile buffer, both in L1, ran that group 6.3 s,
+    and 1.0 s over the channel.  Why a near scatter weighs less than a near gather: the
+    heuristic plan's layer norm writes channel-first tn walking the channel innermost, each
+    line back at the next j after 128 others (0.06-0.09 s); gathering from its tile buffer
+    instead to write tn unit-stride ran 0.11-0.12 s.  Why small operands are free: the
+    unfused triangle_attention_ending adds a pair bias tb[b,j,h] and a mask[j,i] to 1M-element
+    logits walking j (both gathered, 0.06 s); walking i gathers the logits and scatters the
+    sum (0.10-0.11 s)."""
+    def cost(i: str) -> float:
+        nest = tuple(x for x in order if x != i) + (i,)
+
+        def strided(st: dict[str, int], far: float, near: float) -> float:
+            if st.get(i, 0) in (0, 1):
+                return 0.0
+            return far if revisited_far(st, nest, extents) else near
+        gathers = sum(strided(st, 1.0, 0.0 if small else 0.5) for st, small in reads)
+        scatter = strided(writes(i), 2.0, 0.25) if i in op.parallel else 0.0
+        short = max(0.0, (VECTOR_LANES - extents[i]) / VECTOR_LANES)
+        return gathers + scatter + short
+    return min(op.domain, key=lambda i: (cost(i), i != order[-1], op.domain.index(i)))
+
+
 def plan_group(w: Workload, g: Group, tiles: tuple[int, ...], layout_of) -> list[MemberPlan]:
     """Footprint, executions, recompute factor and loop order of every member, program order.
 
@@ -124,6 +198,7 @@ def plan_group(w: Workload, g: Group, tiles: tuple[int, ...], layout_of) -> list
         ex = executions(op, fp, anchor, tiles)
         # the dominant access: the biggest tensor read from memory, else the op's own output
         best, best_size = None, -1
+        reads = []
         for acc in op.reads():
             if acc.tensor in members:
                 shp = footprint_shape(w.op(acc.tensor), fps[acc.tensor], anchor, tiles)
@@ -131,13 +206,22 @@ def plan_group(w: Workload, g: Group, tiles: tuple[int, ...], layout_of) -> list
             else:
                 shp = w.shapes[acc.tensor]
                 st = strides(shp, layout_of(acc.tensor))
-            size = math.prod(shp)
-            if size > best_size:
-                best, best_size = {i: s for i, s in zip(acc.idx, st)}, size
+            reads.append(({i: s for i, s in zip(acc.idx, st)}, acc.tensor not in members,
+                          math.prod(shp)))
+            if reads[-1][2] > best_size:
+                best, best_size = reads[-1][0], reads[-1][2]
         own = strides(op.out_shape, layout_of(op.out)) if op.out == g.anchor else \
             strides(op.out_shape, tuple(range(len(op.parallel))))
-        own_size = math.prod(footprint_shape(op, fp, anchor, tiles))
-        if best is None or best_size < own_size:
+        fshape = footprint_shape(op, fp, anchor, tiles)
+        if best is None or best_size < math.prod(fshape):
             best = {i: s for i, s in zip(op.parallel, own)}
-        out.append(MemberPlan(op.out, fp, ex, ex / op.iterations, loop_order(op, best)))
+        order = loop_order(op, best)
+        extents = {**dict(zip(op.parallel, fshape)),
+                   **{r: op.extent(r) for r in op.reduction}}
+        largest = max([size for *_, size in reads] + [math.prod(fshape)])
+        inner = inner_loop(op, [(st, glob and 8 * size < largest) for st, glob, size in reads],
+                           lambda i: write_strides(w, g, op, fp, anchor, tiles, layout_of, i),
+                           order, extents)
+        order = tuple(i for i in order if i != inner) + (inner,)
+        out.append(MemberPlan(op.out, fp, ex, ex / op.iterations, order))
     return out

@@ -34,7 +34,7 @@ from autotune.backends.cpu.codegen import generate_units
 from autotune.backends.cpu.gemm_call import GemmKernel, kernel_spec
 from autotune.backends.cpu.gemm_driver import kernel_source
 from autotune.backends.cpu.gemm_kernel import KernelSpec
-from autotune.backends.cpu.kernel_group import KernelGroup, as3, view3
+from autotune.backends.cpu.kernel_group import KernelGroup, as3, blasable, view3
 from autotune.backends.cpu.stacked import StackedGemm
 from autotune.backends.cpu.staging import Staging
 from autotune.threads import cores
@@ -134,12 +134,6 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.n
         return np.matmul(a, b, out=out)
     res = np.matmul(a[0], b[0], out=None if out is None else out[0])
     return res[None]
-
-
-def _blasable(m: np.ndarray) -> bool:
-    it = m.itemsize
-    s1, s2 = m.strides[-2], m.strides[-1]
-    return (s2 == it and s1 >= m.shape[-1] * it) or (s1 == it and s2 >= m.shape[-2] * it)
 
 
 class CompiledPlan:
@@ -320,8 +314,8 @@ class CompiledPlan:
     def _gemm(self, name: str, env) -> None:
         op, f = self._forms[name]
         st = self.staging
-        A = as3(env[f.a.tensor], f.a.idx, (f.batch, f.m, f.k), st, f"{name}:a")
-        B = as3(env[f.b.tensor], f.b.idx, (f.batch, f.k, f.n), st, f"{name}:b")
+        A = as3(env[f.a.tensor], f.a.idx, (f.batch, f.m, f.k), st, f"{name}:a", blas=True)
+        B = as3(env[f.b.tensor], f.b.idx, (f.batch, f.k, f.n), st, f"{name}:b", blas=True)
         out = env[name]
         t, O = view3(out, op.parallel, (f.batch, f.m, f.n))
         # NumPy's product has no alpha: the contraction's scale goes on the smallest of the
@@ -333,9 +327,9 @@ class CompiledPlan:
             scaled = np.multiply(small, self.dtype.type(f.scale),
                                  out=st.scratch(f"{name}:{which}*", small.shape, small.dtype))
             A, B = (scaled, B) if which == "a" else (A, scaled)
-        if O is not None and _blasable(O) and O.strides[-1] == O.itemsize:
+        if O is not None and blasable(O) and O.strides[-1] == O.itemsize:
             _matmul(A, B, O)
-        elif O is not None and _blasable(O):
+        elif O is not None and blasable(O):
             # column-major result: compute its transpose, B^T A^T, straight into it
             _matmul(B.transpose(0, 2, 1), A.transpose(0, 2, 1), O.transpose(0, 2, 1))
         else:

@@ -49,12 +49,12 @@ class StackedGemm:
         if self.shared_side == "a":
             # out_i (N, M) = B_i^T (N, K) @ A^T (K, M)
             y = as3(env[self.shared.tensor], self.shared.idx, (f.batch, f.m, f.k), st,
-                    f"{tag}:y")[0].T
+                    f"{tag}:y", blas=True)[0].T
             parts = [as3(env[o.tensor], o.idx, (f.batch, f.k, f.n))[0].T for o in self.others]
         else:
             # out_i (M, N) = A_i (M, K) @ B (K, N)
             y = as3(env[self.shared.tensor], self.shared.idx, (f.batch, f.k, f.n), st,
-                    f"{tag}:y")[0]
+                    f"{tag}:y", blas=True)[0]
             parts = [as3(env[o.tensor], o.idx, (f.batch, f.m, f.k))[0] for o in self.others]
         for i, p in enumerate(parts):
             rows = x[i * self.d:(i + 1) * self.d]

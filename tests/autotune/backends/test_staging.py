@@ -45,3 +45,22 @@ def test_staging_keeps_its_matrices_and_copies_big_arrays_over_threads():
     st.copy(dst, src)
     assert np.array_equal(dst, src)
     st.close()
+
+
+def test_a_view_blas_cannot_take_is_staged_for_the_library_gemm():
+    """A (batch, rows, cols) view whose unit stride is the batch (trimul's a[i,k,c] as
+    (c, i, k)) is a view NumPy's matmul would run off BLAS: with ``blas`` it is copied into a
+    kept row-major matrix; without, the view is returned as before."""
+    rng = np.random.default_rng(3)
+    arr = rng.standard_normal((5, 6, 4)).astype(np.float32)      # a[i, k, c]
+    groups = (("c",), ("i",), ("k",))
+    view = as3(arr, ("i", "k", "c"), groups, Staging(threads=1), "a")
+    assert np.shares_memory(view, arr) and view.strides[0] == 4   # batch unit-stride
+    st = Staging(threads=1)
+    staged = as3(arr, ("i", "k", "c"), groups, st, "a", blas=True)
+    assert not np.shares_memory(staged, arr) and staged.flags.c_contiguous
+    assert np.array_equal(staged, arr.transpose(2, 0, 1))
+    assert as3(arr, ("i", "k", "c"), groups, st, "a", blas=True) is staged   # kept
+    # a view BLAS takes stays a view
+    ok = as3(arr, ("i", "k", "c"), (("i",), ("k",), ("c",)), st, "b", blas=True)
+    assert np.shares_memory(ok, arr)

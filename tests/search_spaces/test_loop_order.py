@@ -1,0 +1,74 @@
+"""The innermost loop of a loop group's member (``footprint.inner_loop``): the walk with the
+fewest strided accesses whose lines come back late, the dominant read's unit-stride index on
+ties.  Shared by the CPU and CUDA generators and the cost model, so each case is checked on
+``plan_group`` itself and on the generated C."""
+from __future__ import annotations
+
+import json
+
+from search_spaces import parse_workload
+from search_spaces.candidate import GroupSchedule, make_candidate
+from search_spaces.footprint import REUSE_BYTES, plan_group, revisited_far
+from search_spaces.partition import groups
+
+from autotune.backends.cpu.codegen import generate
+
+
+def workload(program: str, dims: dict[str, int], inputs: dict[str, list[str]], outputs):
+    text = (f'name = "small"\noutputs = {json.dumps(outputs)}\nprogram = """\n{program}"""\n'
+            "[dims]\n" + "".join(f"{k} = {v}\n" for k, v in dims.items())
+            + "[inputs]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in inputs.items()))
+    return parse_workload(text, "small.toml")
+
+
+# a projection of a channel-first input: g[i,k,e] = sum_c x[i,k,c] w[c,e]
+PROJ = "g[i,k,e] += x[i,k,c] * w[c,e]\n"
+
+
+def _plan(w, anchor, tiles, layouts):
+    (g,) = [g for g in groups(w, set()) if g.anchor == anchor]
+    lay = lambda t: layouts.get(t, tuple(range(len(w.shapes[t]))))
+    return {m.op: m.order for m in plan_group(w, g, tiles, lay)}
+
+
+def test_a_contraction_walks_its_output_channel_not_a_short_strided_row():
+    w = workload(PROJ, {"I": 64, "K": 64, "C": 32, "E": 32},
+                 {"x": ["I", "K", "C"], "w": ["C", "E"]}, ["g"])
+    x_channel_first = {"x": (2, 0, 1)}
+    order = _plan(w, "g", (32, 4, 32), x_channel_first)["g"]
+    # x's unit-stride index is k (4 per tile), and walking it scatters into the accumulator:
+    # the channel e is unit-stride in g and w and absent from x
+    e = w.op("g").parallel[2]
+    assert order[-1] == e
+    cand = make_candidate([], x_channel_first, [GroupSchedule("g", (32, 4, 32))], "t")
+    src, _ = generate(w, cand)
+    inner = [ln for ln in src.splitlines() if "+=" in ln and "G_x[" in ln]
+    assert inner and "*1L]" in inner[0].split("+=")[0]      # the accumulator walked unit-stride
+
+
+def test_row_major_input_keeps_the_dominant_reads_walk():
+    w = workload(PROJ, {"I": 64, "K": 64, "C": 32, "E": 32},
+                 {"x": ["I", "K", "C"], "w": ["C", "E"]}, ["g"])
+    order = _plan(w, "g", (32, 4, 32), {})["g"]
+    # c: unit-stride in x; w walked across it is small and its lines come back soon
+    assert order[-1] == w.op("g").reduction[0]
+
+
+def test_a_strided_write_whose_lines_come_back_soon_keeps_the_preferred_walk():
+    # y stored channel-first: writing it along c strides, but each line comes back at the next
+    # j after only C lines; walking j instead would gather from t along its stride
+    prog = "y[i,j,c] = t[i,j,c] * 2.0\n"
+    w = workload(prog, {"I": 4, "J": 64, "C": 128}, {"t": ["I", "J", "C"]}, ["y"])
+    order = _plan(w, "y", (1, 64, 128), {"y": (2, 0, 1)})["y"]
+    c = w.op("y").parallel[2]
+    assert order[-1] == c                       # t's unit-stride index, as before
+
+
+def test_revisited_far_counts_the_lines_inside_the_unit_stride_loop():
+    st = {"a": 1, "b": 1000}
+    ext = {"a": 64, "b": 128, "r": 4096}
+    assert not revisited_far(st, ("a", "b"), ext)              # 128 lines: near
+    big = REUSE_BYTES // 64 + 1
+    assert revisited_far(st, ("a", "b"), {**ext, "b": big})     # past the budget
+    assert revisited_far({"b": 1000}, ("a", "b"), ext)          # no unit-stride index
+    assert not revisited_far(st, ("b", "a"), ext)               # unit-stride innermost
