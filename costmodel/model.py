@@ -219,7 +219,13 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
                 spread = line_waste(op.out_shape, layout_of(mp.op), shp)
                 ost = strides(op.out_shape, layout_of(mp.op))
                 inner_par = [i for i in mp.order if i in op.parallel]
-                if inner_par and math.prod(shp) * item > dev.tile_cache_bytes:
+                # a tile buffer (a fused member's, or a sum's accumulator) is stored by a loop
+                # in the output's own layout order: only an anchor computed in place walks
+                # its output in the compute loop's order
+                in_place = mp.op == g.anchor and inner_par and write_strides(
+                    w, g, op, mp.footprint, anchor, tiles, layout_of, inner_par[-1]) == \
+                    dict(zip(op.parallel, ost))
+                if in_place and math.prod(shp) * item > dev.tile_cache_bytes:
                     s_in = ost[op.parallel.index(inner_par[-1])]
                     if s_in != 1:
                         spread = max(spread, float(min(s_in, LINE_ELEMS)))

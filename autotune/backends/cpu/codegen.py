@@ -132,9 +132,12 @@ class _Emitter(LoopEmitter):
             self._nest(order, rng, var, upd, simd=True)
         if self.local(mp.op) and (mp.op in self.mats or is_anchor):
             gvar = {i: f"v_{i}" for i in op.parallel}
-            # the store walks global memory in its own layout's order (contiguous innermost)
+            # the store walks global memory in its own layout's order (contiguous innermost),
+            # a fused member's too: attention's p stored key-major, written in its tile
+            # buffer's order (a store per line, eight times over for the recomputed tiles),
+            # made its softmax group 14 ms where the model said 1.8 ms
             st = dict(zip(op.parallel, strides(self.w.shapes[mp.op], self.layout_of(mp.op))))
-            order = sorted(op.parallel, key=lambda i: -st[i]) if is_anchor else list(op.parallel)
+            order = sorted(op.parallel, key=lambda i: -st[i])
             self._nest(order, rng, gvar,
                        f"G_{mp.op}[{self.global_offset(mp.op, op.parallel, gvar)}] = "
                        f"L_{mp.op}[{off}];", simd=True)

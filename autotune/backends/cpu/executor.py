@@ -270,7 +270,8 @@ class CompiledPlan:
                    cutoff: Cutoff = Cutoff()) -> tuple[Arrays, list[float]]:
         """(outputs of the last run, host seconds of the timed runs).  The checked first run
         is a timed sample too (the buffers are pre-faulted, so it is steady-state; one under
-        FIRST_CALL_WARM_BELOW_S is followed by one more, which is the sample); when
+        FIRST_CALL_WARM_BELOW_S, or one that allocated staging matrices, is followed by one
+        more, which is the sample); when
         ``cutoff`` gives up on it, it is the only one; after ``warmup`` untimed runs the
         repeats stop early once the first two are out of contention (runs under load do
         not count: :func:`autotune.backends.base.timed_runs`)."""
@@ -278,11 +279,17 @@ class CompiledPlan:
         runs: list[tuple[float, tuple[float, ...]]] = []   # (seconds, each group's seconds)
 
         def first() -> float | None:
+            staged = self.staging.allocated
             t0 = time.perf_counter()
             last[0] = self(**inputs)
             seconds = time.perf_counter() - t0
             if check is not None and not check(last[0]):
                 return None
+            if self.staging.allocated != staged:
+                # the call allocated (and faulted in) its staging matrices, which the pool's
+                # buffers are not: not steady-state (trimul N=702's unfused plan stages three
+                # 252 MB matrices for its einsum, 2.27 s on a first call, 0.98 s after)
+                return run()
             if seconds < FIRST_CALL_WARM_BELOW_S:
                 # a short plan's first call is not steady-state: it is the run that touches
                 # its code pages and wakes OpenMP's and BLAS's threads (measured idle, 2 cores,

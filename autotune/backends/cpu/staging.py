@@ -29,11 +29,13 @@ class Staging:
         self.threads = max(1, threads or cores())
         self._scratch: dict[str, np.ndarray] = {}
         self._pool: ThreadPoolExecutor | None = None
+        self.allocated = 0          # bytes allocated so far: a call that grew it faulted them in
 
     def scratch(self, name: str, shape, dtype) -> np.ndarray:
         buf = self._scratch.get(name)
         if buf is None or buf.shape != tuple(shape) or buf.dtype != dtype:
             buf = self._scratch[name] = np.empty(shape, dtype=dtype)
+            self.allocated += buf.nbytes
         return buf
 
     def copy(self, dst: np.ndarray, src: np.ndarray) -> None:
