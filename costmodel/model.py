@@ -12,8 +12,8 @@ import math
 
 from search_spaces.candidate import IMPL_KERNEL, IMPL_LIBRARY, Candidate
 from search_spaces.chain import detect
-from search_spaces.footprint import (footprint_shape, footprints, plan_group, revisited_far,
-                                     strides, write_strides)
+from search_spaces.footprint import (footprint_shape, footprints, lines_between, plan_group,
+                                     revisited_far, strides, write_strides)
 from search_spaces.gemm import as_matrix_view, gemm_form, operand_groups
 from search_spaces.partition import Group, groups, materialized
 from search_spaces.rewrite import rewritten
@@ -41,23 +41,6 @@ def line_waste(shape, perm, box) -> float:
         if box[d] < shape[d]:
             break
     return LINE_ELEMS / min(max(run, 1), LINE_ELEMS)
-
-
-def reuse_bytes(acc, st: dict[str, int], order: tuple[str, ...], ext: dict[str, int],
-                item: int) -> float:
-    """Bytes of the lines an access (element strides ``st`` and box extents ``ext`` by index)
-    touches between two visits of one line: those of the loops inside its unit-stride
-    index's loop (``order`` outermost first); infinite where it has none in the nest.
-
-    Why not the whole box: trimul's channel-first t read by tc[i,j,c] = t - mu2 with tiles
-    (128, 8, 8) and c innermost walks 128 lines per i, and the next i uses them again from
-    L1; priced by its 512 KB box as a line per element, the group was predicted 9.6 s and
-    ran 0.53 s."""
-    unit = [i for i in acc.idx if st[i] == 1 and i in order]
-    if not unit:
-        return math.inf
-    deeper = order[order.index(unit[0]) + 1:]
-    return math.prod(ext[i] for i in deeper if i in ext) * LINE_ELEMS * item
 
 
 def estimate(w: Workload, cand: Candidate, dev: DeviceSpec) -> CostEstimate:
@@ -201,9 +184,13 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
             spread = line_waste(w.shapes[acc.tensor], layout_of(acc.tensor), ext)
             st = dict(zip(acc.idx, strides(w.shapes[acc.tensor], layout_of(acc.tensor))))
             # a strided innermost walk re-uses each line only if the lines it touches stay in
-            # the core's private cache until the neighbouring elements are visited
-            if st.get(inner, 1) != 1 and reuse_bytes(acc, st, mp.order, dict(zip(
-                    acc.idx, ext)), item) > dev.tile_cache_bytes:
+            # the core's private cache until the neighbouring elements are visited: those of
+            # the loops inside the unit-stride index's loop, not the whole box (trimul's
+            # channel-first t read by tc = t - mu2, tiles (128, 8, 8), the channel innermost:
+            # 128 lines per i, reused by the next i from L1; priced by its 512 KB box as a
+            # line per element, 9.6 s predicted, 0.53 s measured)
+            if st.get(inner, 1) != 1 and lines_between(st, mp.order, dict(zip(
+                    acc.idx, ext))) * LINE_ELEMS * item > dev.tile_cache_bytes:
                 spread = max(spread, float(min(st[inner], LINE_ELEMS)))
             waste = read_waste(spread, dev)
             per_run = box * item * n_tiles * waste

@@ -132,16 +132,22 @@ def write_strides(w: Workload, g: Group, op: Op, fp: tuple[tuple, ...], anchor: 
     return own
 
 
-def revisited_far(st: dict[str, int], order: tuple[str, ...], extents: dict[str, int]) -> bool:
-    """Whether an access (element strides ``st`` by index) walked by the nest ``order``
-    (outermost first, trip counts ``extents``) touches more than :data:`REUSE_BYTES` of
-    other lines before it comes back to a line: the loops inside its unit-stride index's loop
-    each touch their own lines (no unit-stride index in the nest: every line once)."""
+def lines_between(st: dict[str, int], order: tuple[str, ...], extents: dict[str, int]) -> float:
+    """Lines an access (element strides ``st`` by index) touches between two visits of one
+    line when the nest ``order`` (outermost first, trip counts ``extents``) walks it: one per
+    iteration of the loops inside its unit-stride index's loop that index it (infinite where
+    no unit-stride index is in the nest: every line is visited once)."""
     unit = [i for i in order if st.get(i) == 1]
     if not unit:
-        return True
+        return math.inf
     deeper = order[order.index(unit[0]) + 1:]
-    return math.prod(extents[i] for i in deeper if i in st) * LINE_BYTES > REUSE_BYTES
+    return float(math.prod(extents[i] for i in deeper if i in st and i in extents))
+
+
+def revisited_far(st: dict[str, int], order: tuple[str, ...], extents: dict[str, int]) -> bool:
+    """Whether an access touches more than :data:`REUSE_BYTES` of other lines before it
+    comes back to a line (:func:`lines_between`)."""
+    return lines_between(st, order, extents) * LINE_BYTES > REUSE_BYTES
 
 
 def inner_loop(op: Op, reads: list[tuple[dict[str, int], bool]], writes,
