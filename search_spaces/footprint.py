@@ -117,19 +117,30 @@ REUSE_BYTES = 32 * 1024
 LINE_BYTES = 64
 
 
+def nest_extents(op: Op, fshape: tuple[int, ...]) -> dict[str, int]:
+    """Trip counts of ``op``'s loops inside one tile: its footprint ``fshape`` along its
+    parallel indices, the full extent along its reductions."""
+    return {**dict(zip(op.parallel, fshape)), **{r: op.extent(r) for r in op.reduction}}
+
+
+def accumulates_in_tile(op: Op, layout_of, inner: str) -> bool:
+    """Whether a group's anchor ``op`` with ``inner`` innermost accumulates in a per-thread
+    tile buffer stored once at the end, rather than in its output: a sum or max whose layout
+    walks the innermost (parallel) index with a stride (the CPU generator's ``staged``)."""
+    if op.combiner not in ("sum", "max") or inner not in op.parallel:
+        return False
+    return strides(op.out_shape, layout_of(op.out))[op.parallel.index(inner)] != 1
+
+
 def write_strides(w: Workload, g: Group, op: Op, fp: tuple[tuple, ...], anchor: Op,
                   tiles: tuple[int, ...], layout_of, inner: str) -> dict[str, int]:
     """Element strides, by parallel index, of what ``op``'s loop nest writes when ``inner`` is
     its innermost loop: a fused member's row-major tile buffer; the anchor's output in its
-    layout, or, for a sum or max whose layout walks ``inner`` with a stride, the tile buffer
-    it then accumulates in (the CPU generator's ``staged``)."""
+    layout, or the tile buffer it accumulates in (:func:`accumulates_in_tile`)."""
+    if op.out == g.anchor and not accumulates_in_tile(op, layout_of, inner):
+        return dict(zip(op.parallel, strides(op.out_shape, layout_of(op.out))))
     local = strides(footprint_shape(op, fp, anchor, tiles), tuple(range(len(op.parallel))))
-    if op.out != g.anchor:
-        return dict(zip(op.parallel, local))
-    own = dict(zip(op.parallel, strides(op.out_shape, layout_of(op.out))))
-    if op.combiner in ("sum", "max") and inner in op.parallel and own[inner] != 1:
-        return dict(zip(op.parallel, local))
-    return own
+    return dict(zip(op.parallel, local))
 
 
 def lines_between(st: dict[str, int], order: tuple[str, ...], extents: dict[str, int]) -> float:
@@ -222,8 +233,7 @@ def plan_group(w: Workload, g: Group, tiles: tuple[int, ...], layout_of) -> list
         if best is None or best_size < math.prod(fshape):
             best = {i: s for i, s in zip(op.parallel, own)}
         order = loop_order(op, best)
-        extents = {**dict(zip(op.parallel, fshape)),
-                   **{r: op.extent(r) for r in op.reduction}}
+        extents = nest_extents(op, fshape)
         largest = max([size for *_, size in reads] + [math.prod(fshape)])
         inner = inner_loop(op, [(st, glob and 8 * size < largest) for st, glob, size in reads],
                            lambda i: write_strides(w, g, op, fp, anchor, tiles, layout_of, i),

@@ -13,22 +13,16 @@ import costmodel
 from costmodel.devices import CPU_DEFAULT, AccessCosts, DeviceSpec, FunctionCosts, GemmShapes
 from costmodel.rates import (BATCHED_SMALL, SKINNY_K, SKINNY_MN, gemm_efficiency, gemm_rate,
                              pattern_waste, shape_law, transcendental_weight)
-from search_spaces import load_workload, parse_workload
+from search_spaces import load_workload
 from search_spaces.loader import builtin_names
 from search_spaces.candidate import IMPL_LIBRARY, GroupSchedule, make_candidate
 from search_spaces.plans import named_plan
 from search_spaces.space import SearchSpace
+from tests.support.workloads import workload
 
 # the cpu spec with every calibrated section at its neutral value
 NEUTRAL = replace(CPU_DEFAULT, gemm_shapes=GemmShapes(), access=AccessCosts(),
                   functions=FunctionCosts(), region_s=0.0, thread_start_s=0.0, library_call_s=0.0)
-
-
-def workload(program: str, dims: dict[str, int], inputs: dict[str, list[str]], outputs: list[str]):
-    text = (f'name = "small"\noutputs = {json.dumps(outputs)}\nprogram = """\n{program}"""\n'
-            "[dims]\n" + "".join(f"{k} = {v}\n" for k, v in dims.items())
-            + "[inputs]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in inputs.items()))
-    return parse_workload(text, "small.toml")
 
 
 def total(w, cand, spec: DeviceSpec) -> float:

@@ -19,21 +19,15 @@ from autotune.backends.cpu import calibrate as cal
 from autotune.cli.app import app
 from autotune.report.dot import dispatch_dot
 from costmodel.devices import CPU_DEFAULT
-from search_spaces import load_workload, parse_workload
+from search_spaces import load_workload
 from search_spaces.candidate import GroupSchedule, make_candidate
 from search_spaces.footprint import plan_group
 from search_spaces.partition import check_partition, groups
 from search_spaces.plans import named_plan
 from search_spaces.space import SearchSpace
+from tests.support.workloads import workload
 
 runner = CliRunner()
-
-
-def workload(program: str, dims: dict[str, int], inputs: dict[str, list[str]], outputs: list[str]):
-    text = (f'name = "small"\noutputs = {json.dumps(outputs)}\nprogram = """\n{program}"""\n'
-            "[dims]\n" + "".join(f"{k} = {v}\n" for k, v in dims.items())
-            + "[inputs]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in inputs.items()))
-    return parse_workload(text, "small.toml")
 
 
 def fused_factors(w, edges: list[str], anchor: str, tiles: tuple[int, ...]):

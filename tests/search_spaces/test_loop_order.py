@@ -4,21 +4,12 @@ ties.  Shared by the CPU and CUDA generators and the cost model, so each case is
 ``plan_group`` itself and on the generated C."""
 from __future__ import annotations
 
-import json
-
-from search_spaces import parse_workload
 from search_spaces.candidate import GroupSchedule, make_candidate
 from search_spaces.footprint import REUSE_BYTES, plan_group, revisited_far
 from search_spaces.partition import groups
 
 from autotune.backends.cpu.codegen import generate
-
-
-def workload(program: str, dims: dict[str, int], inputs: dict[str, list[str]], outputs):
-    text = (f'name = "small"\noutputs = {json.dumps(outputs)}\nprogram = """\n{program}"""\n'
-            "[dims]\n" + "".join(f"{k} = {v}\n" for k, v in dims.items())
-            + "[inputs]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in inputs.items()))
-    return parse_workload(text, "small.toml")
+from tests.support.workloads import workload
 
 
 # a projection of a channel-first input: g[i,k,e] = sum_c x[i,k,c] w[c,e]

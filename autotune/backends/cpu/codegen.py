@@ -18,7 +18,7 @@ import numpy as np
 from search_spaces.candidate import IMPL_LOOP, Candidate
 from search_spaces.chain import detect
 from search_spaces.partition import groups, materialized
-from search_spaces.footprint import strides
+from search_spaces.footprint import accumulates_in_tile, strides
 from search_spaces.workload import Workload
 
 from autotune.backends.chain_loops import ChainLoops
@@ -79,14 +79,8 @@ class _Emitter(LoopEmitter):
         element, at a power-of-two stride all in a few cache sets (gated_mlp, T=512: ``u``
         column-major with tiles of 2 x 1024 ran 1.35 s against 4-10 ms for its row-major
         twins, 100x the model's estimate)."""
-        op = self.anchor
-        if op.combiner not in ("sum", "max"):
-            return False
         inner = next(m for m in self.plans if m.op == self.g.anchor).order[-1]
-        if inner not in op.parallel:
-            return False
-        st = strides(self.w.shapes[self.g.anchor], self.layout_of(self.g.anchor))
-        return st[op.parallel.index(inner)] != 1
+        return accumulates_in_tile(self.anchor, self.layout_of, inner)
 
     def local(self, tensor: str) -> bool:
         return tensor in self.members and (tensor != self.g.anchor or self.staged)

@@ -172,9 +172,7 @@ def transform_arrays(w: Workload, extras: tuple[tuple[FusionSite, TransformOpera
             if stage is None:
                 view = np.ascontiguousarray(full).reshape(shape3)
             else:
-                buf = stage.scratch(f"{tag}:x{n}", full.shape, full.dtype)
-                stage.copy(buf, full)
-                view = buf.reshape(shape3)
+                view = stage.matrix(f"{tag}:x{n}", full, shape3)
         if o.strides is not None and any(s1 > 1 and st != want * it for s1, st, want in
                                          zip(shape3, view.strides, o.strides)):
             # the C was written for the candidate's layout: never read another one with it
