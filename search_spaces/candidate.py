@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import cached_property
 
 from .kernel import KernelParams
 from .trees import Tree, canonical, to_json
@@ -115,9 +116,11 @@ class Candidate:
     def from_json(text: str) -> "Candidate":
         return Candidate.from_dict(json.loads(text))
 
-    @property
+    @cached_property
     def key(self) -> str:
-        """Identity of what runs (the name is a label, not part of it)."""
+        """Identity of what runs (the name is a label, not part of it).  Kept once computed
+        (a frozen candidate's key cannot change): a search asked for keys ~30,000 times, 12 s
+        of hashing at trimul N=702."""
         d = self.to_dict()
         d.pop("name")
         blob = json.dumps(d, sort_keys=True, separators=(",", ":"))

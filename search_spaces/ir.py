@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Union
 
 import numpy as np
@@ -214,7 +215,12 @@ class Op:
         return n
 
     def reads(self) -> list[Access]:
-        return accesses(self.expr)
+        return list(self._reads)
+
+    @cached_property
+    def _reads(self) -> tuple[Access, ...]:
+        # kept: the model and the space ask an op for its reads ~400,000 times in a search
+        return tuple(accesses(self.expr))
 
     def inputs(self) -> tuple[str, ...]:
         """Distinct tensors read, in order of first read."""
@@ -227,7 +233,7 @@ class Op:
     def factors(self) -> list[Expr]:
         return multiplicative_factors(self.expr)
 
-    @property
+    @cached_property
     def is_contraction(self) -> bool:
         """A sum whose product factors share a reduction index: a GEMM-class op."""
         if self.combiner != "sum" or not self.reduction:

@@ -48,18 +48,6 @@ def _components(w: Workload, fused: set[tuple[str, str]]) -> list[list[str]]:
     return list(comps.values())
 
 
-def _descendants(w: Workload, start: str) -> set[str]:
-    seen: set[str] = set()
-    stack = [start]
-    while stack:
-        x = stack.pop()
-        for c in w.consumers.get(x, ()):
-            if c not in seen:
-                seen.add(c)
-                stack.append(c)
-    return seen
-
-
 def check_partition(w: Workload, fused: set[tuple[str, str]]) -> str | None:
     """None if the partition given by ``fused`` is legal, else why not (one line)."""
     ops = {op.out for op in w.ops}
@@ -76,7 +64,7 @@ def check_partition(w: Workload, fused: set[tuple[str, str]]) -> str | None:
             for c in w.consumers[m]:
                 if c in members:
                     continue
-                if _descendants(w, c) & members:
+                if w.descendants[c] & members:
                     return f"group {{{', '.join(comp)}}} is not convex: {m}->{c} leaves it " \
                            f"and a path from {c} comes back"
     return None

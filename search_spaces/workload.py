@@ -81,6 +81,17 @@ class Workload:
                 c[t].append(op.out)
         return {k: tuple(v) for k, v in c.items()}
 
+    @cached_property
+    def descendants(self) -> dict[str, frozenset[str]]:
+        """tensor -> the ops (their outputs) that read it, directly or through others."""
+        out: dict[str, frozenset[str]] = {}
+        for name in reversed([n for n, _ in self.inputs] + [op.out for op in self.ops]):
+            below = set(self.consumers.get(name, ()))
+            for c in self.consumers.get(name, ()):
+                below |= out[c]
+            out[name] = frozenset(below)
+        return out
+
     def op(self, name: str) -> Op:
         return self.producer[name]
 

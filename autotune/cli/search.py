@@ -22,8 +22,9 @@ def search_cmd(
         sampler: str = typer.Option("tpe", help="tpe, random, gp or cmaes"),
         db: Db = None,
         seed: int = typer.Option(0, help="seed of the sampler and of the random inputs"),
-        prune_factor: float = typer.Option(2.0, help="skip candidates predicted this many "
-                                                     "times slower than the best"),
+        prune_factor: Optional[float] = typer.Option(
+            None, help="skip candidates predicted this many times slower than the best "
+                       "(default: 2, tightened as the model's errors are measured)"),
         repeats: int = typer.Option(3, help="timed runs per candidate (median)"),
         confirm_rounds: int = typer.Option(
             3, help="at the end, re-measure the finalists side by side in this many "
@@ -42,6 +43,8 @@ def search_cmd(
         raise CliError(f"--sampler {sampler!r}: choose one of {', '.join(SAMPLERS)}")
     if budget < 1:
         raise CliError("--budget must be at least 1")
+    if prune_factor is not None and not prune_factor > 0:
+        raise CliError("--prune-factor must be above 0 (leave it out for the model's own)")
     if confirm_rounds < 0:
         raise CliError("--confirm-rounds must be 0 (no confirmation) or more")
     shapes = [load(workload, d) for d in parse_dims_list(dims)]   # every error before a search

@@ -18,7 +18,9 @@ class SearchConfig:
     budget: int = 200
     sampler: str = "tpe"
     seed: int = 0
-    prune_factor: float = 2.0
+    # skip a candidate predicted this many times slower than the best; None: at most 2,
+    # tightened to the model's out-of-sample errors as they are measured (autotune.search.trust)
+    prune_factor: float | None = None
     timeout_factor: float = 10.0     # a run may take this many times the best so far
     min_timeout_s: float | None = None   # None: the backend kind's (BackendKind.min_timeout_s)
     model_seeds: int = 12            # model-ranked candidates enqueued after the named plans

@@ -2,9 +2,10 @@
 
 Order of trials: the named plans (unfused, heuristic, greedy), then the candidates the cost model
 ranks best (:mod:`autotune.search.proposals`), then the sampler, with one trial in ``local_every``
-the model's pick among mutations of the best plan so far.  A candidate predicted more than
-``prune_factor`` times slower than the prediction for the best measured candidate is recorded as
-pruned without running (the model's ratios are trusted, not its absolute seconds); predictions
+the model's pick among mutations of the best plan so far.  A candidate predicted more than the
+prune factor times slower than the prediction for the best measured candidate is recorded as
+pruned without running (the model's ratios are trusted, not its absolute seconds, and only as
+far as its measured errors allow: :mod:`autotune.search.trust`); predictions
 are corrected by what the measurements taught (:mod:`autotune.search.learning`).  Each
 finished trial is written to the database at once; a rerun of the same search replays them into
 the study and continues.  At the end the finalists are re-measured side by side and the winner

@@ -21,6 +21,7 @@ from autotune.search.config import Progress
 from autotune.search.noise import NoiseBand, leniency
 from autotune.search.learning import Learner
 from autotune.search.proposals import model_favourites, neighbour
+from autotune.search.trust import ModelTrust
 
 
 REUSED = "same candidate as an earlier trial"   # the error note of a trial that was not rerun
@@ -50,6 +51,8 @@ class SearchState:
         self.noise = NoiseBand()                # run-to-run spread of the repeats so far
         self.loaded: set[str] = set()           # keys of candidates measured under load
         self.seen: set[str] = set()             # keys of every trial written (any status)
+        # the model's out-of-sample errors, which set the prune factor (a fixed one: no errors)
+        self.trust = ModelTrust(config.prune_factor or 2.0)
 
     def note(self, status: Status, cand: Candidate, pred: float, median: float | None) -> None:
         prog = self.prog
@@ -75,6 +78,7 @@ class SearchState:
             self.measured[cand.key] = (t.status, t.measured_s)
         if t.status == Status.OK and t.error is None:   # not a reuse of an earlier trial's
             self.noise.add(t.times)
+            self.trust.add(t.corrected_s or pred, t.measured_s)
         if t.status == Status.OK and t.params and t.measured_s <= (self.prog.best_s or math.inf):
             self.incumbent = t.params
         self.note(t.status, cand, pred, t.measured_s)
@@ -88,10 +92,12 @@ class SearchState:
 
     def prune_reason(self, pred: float, corrected: float) -> str | None:
         """Why a candidate predicted ``pred`` s (``corrected`` s with the learned correction)
-        is not worth measuring, or None: it is predicted more than prune_factor times slower
-        than the best measured candidate.  Corrected against corrected while a correction is
-        fitted, analytic against analytic otherwise."""
-        factor = self.config.prune_factor
+        is not worth measuring, or None: it is predicted more than the prune factor times
+        slower than the best measured candidate.  Corrected against corrected while a
+        correction is fitted, analytic against analytic otherwise.  The factor is the
+        config's, or (config None) at most 2, tightened to the model's measured errors
+        (:mod:`autotune.search.trust`)."""
+        factor = self.prune_factor()
         if self.best_cand is None or self.best_pred is None:
             return None
         if self.learner.active:
@@ -103,6 +109,11 @@ class SearchState:
         if pred > factor * self.best_pred:
             return f"predicted {pred:.3g} s > {factor:g} x {self.best_pred:.3g} s"
         return None
+
+    def prune_factor(self) -> float:
+        """The factor past the best prediction at which a candidate is pruned, now."""
+        fixed = self.config.prune_factor
+        return fixed if fixed is not None else self.trust.factor()
 
     def memory_refusal(self, cand: Candidate) -> str | None:
         """Why ``cand`` cannot run in the memory there is now (None: it fits, or unknown)."""
@@ -151,6 +162,8 @@ class SearchState:
             times, rel_err, timed_groups = m.times, m.rel_err, m.groups
             self.measured[cand.key] = (status, median)
             self.noise.add(times if status == Status.OK else ())
+            if status == Status.OK:
+                self.trust.add(corrected, median)
             self.prog.busy = m.loaded_runs > 0
             self.prog.loaded_runs += m.loaded_runs
             if m.loaded_runs:

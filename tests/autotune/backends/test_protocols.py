@@ -94,6 +94,14 @@ def test_cutoff():
     assert not Cutoff().gives_up(math.inf)
 
 
+def test_by_default_a_third_run_is_made_only_when_the_candidate_can_still_win():
+    """The median of three cannot beat the best once two runs are slower than it; one faster
+    run keeps it in the race."""
+    c = MeasureSettings().cutoff(1.0)
+    assert c.out_of_contention([1.01, 1.02])
+    assert not c.out_of_contention([1.01, 0.99])
+
+
 # ---- the CPU plan's timed call ------------------------------------------------------------------
 
 class CountingPlan(CompiledPlan):
