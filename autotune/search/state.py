@@ -20,7 +20,7 @@ from search_spaces.answers import params_of
 from autotune.search.config import Progress
 from autotune.search.noise import NoiseBand, leniency
 from autotune.search.learning import Learner
-from autotune.search.proposals import model_favourites, neighbour
+from autotune.search.proposals import SingleFlips, model_favourites, neighbour
 from autotune.search.trust import ModelTrust
 
 
@@ -53,6 +53,7 @@ class SearchState:
         self.seen: set[str] = set()             # keys of every trial written (any status)
         # the model's out-of-sample errors, which set the prune factor (a fixed one: no errors)
         self.trust = ModelTrust(config.prune_factor or 2.0)
+        self.flips = SingleFlips()              # the incumbent's one-parameter mutations
 
     def note(self, status: Status, cand: Candidate, pred: float, median: float | None) -> None:
         prog = self.prog
@@ -88,7 +89,7 @@ class SearchState:
     def neighbour(self, rng) -> dict | None:
         return neighbour(self.w, self.space, self.dev, self.incumbent, rng,
                          set(self.measured) | set(self.predicted),
-                         correct=self.learner.seconds)
+                         correct=self.learner.seconds, flips=self.flips)
 
     def prune_reason(self, pred: float, corrected: float) -> str | None:
         """Why a candidate predicted ``pred`` s (``corrected`` s with the learned correction)
