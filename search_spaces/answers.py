@@ -31,7 +31,12 @@ def params_of(space: SearchSpace, cand: Candidate) -> dict[str, object] | None:
             sched = kernel_schedule(cand, rest)
             val = sched.impl if sched is not None else IMPL_LOOP
         elif kind == "stack":
-            val = int(bool(cand.stack(rest)))
+            anchor, _, member = rest.partition(":")
+            if member:              # does it join the stack
+                val = int(bool(cand.stack(member)))
+            else:                   # is any of its sibling set stacked
+                sib = next(s for s in space.siblings if s.anchor == anchor)
+                val = int(any(set(st) <= set(sib.members) for st in cand.stacks))
         elif kind == "fuse":
             p, c = rest.split("->")
             val = int((p, c) in fused)

@@ -42,7 +42,8 @@ from .workload import Workload
 #    GroupSchedule.chain_block).
 # 5: sibling contractions stacked into one library GEMM (the stack:ANCHOR parameters,
 #    Candidate.stacks, search_spaces.siblings).
-SPACE_VERSION = "5"
+# 6: a stack of some of the stackable siblings (the stack:ANCHOR:MEMBER parameters).
+SPACE_VERSION = "6"
 UNSPLIT = "none"          # the order:STMT answer that leaves the statement as written
 Choose = Callable[[str, Sequence], object]
 
@@ -276,8 +277,14 @@ class SearchSpace:
         for sib in self.siblings:
             members = stackable(w, sib, impl, self.layout_options)
             if members and choose(f"stack:{sib.anchor}", [0, 1]):
-                stacks.append(members)
-                layouts.update((m, stack_layout(w, sib, m)) for m in members)
+                if len(members) > 2:
+                    # which of them join (all, by default): a stack of all five trimul
+                    # projections is priced 5 % over four of them with the output gate alone
+                    members = tuple(m for m in members
+                                    if choose(f"stack:{sib.anchor}:{m}", [1, 0]))
+                if len(members) >= 2:
+                    stacks.append(members)
+                    layouts.update((m, stack_layout(w, sib, m)) for m in members)
         for t in sorted(mats - set(layouts)):
             opts = self.layout_options(t)
             layouts[t] = opts[0] if len(opts) == 1 else tuple(

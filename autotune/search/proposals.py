@@ -44,22 +44,7 @@ def model_favourites(w, space, dev, config: SearchConfig, seen: set[str],
         return pool[c.key][0]
 
     def settle(c: Candidate, params: dict, opts: dict, before) -> tuple[Candidate, dict, dict]:
-        """The questions a change opened (a kernel's parameters once a contraction turns to
-        the kernel) answered at their best, one at a time: their defaults alone can make the
-        change look worse than it is (attention's batched scores: the kernel split over rows
-        ran 0.9 ms, over the batch 0.33 ms, against 0.6 ms for the library)."""
-        fresh = sorted(set(opts) - set(before))
-        while fresh:
-            name = fresh.pop(0)
-            for o in opts.get(name, []):
-                if o == params.get(name):
-                    continue
-                c2, p2, o2 = build({**params, name: o})
-                if score(c2) < score(c) * (1 - 1e-6):
-                    c, params = c2, p2
-                    fresh += sorted(set(o2) - set(opts) - set(fresh))
-                    opts = o2
-        return c, params, opts
+        return settle_opened(space, score, c, params, opts, before)
 
     for start in ("heuristic", "unfused"):
         params = params_of(space, named_plan(space, start))
@@ -128,6 +113,28 @@ def build_with_defaults(space, params: dict) -> tuple[Candidate, dict, dict]:
     return space.build(choose), used, asked
 
 
+def settle_opened(space, score: Correct, c: Candidate, params: dict, opts: dict, before
+                  ) -> tuple[Candidate, dict, dict]:
+    """``c`` (built from ``params``, asking ``opts``) with the questions a change opened (those
+    not in ``before``: a kernel's parameters once a contraction turns to the kernel, which
+    siblings join a stack once it is on) answered at their best by ``score``, one at a time:
+    their defaults alone can make the change look worse than it is (attention's batched
+    scores: the kernel split over rows ran 0.9 ms, over the batch 0.33 ms, against 0.6 ms for
+    the library; trimul's five projections stacked are priced over four of them stacked)."""
+    fresh = sorted(set(opts) - set(before))
+    while fresh:
+        name = fresh.pop(0)
+        for o in opts.get(name, []):
+            if o == params.get(name):
+                continue
+            c2, p2, o2 = build_with_defaults(space, {**params, name: o})
+            if score(c2) < score(c) * (1 - 1e-6):
+                c, params = c2, p2
+                fresh += sorted(set(o2) - set(opts) - set(fresh))
+                opts = o2
+    return c, params, opts
+
+
 class SingleFlips:
     """Every one-parameter mutation of one incumbent, built once: a search asks for its next
     local move many times while the incumbent stays, and random flips left some moves unseen
@@ -139,23 +146,24 @@ class SingleFlips:
         self._of: str | None = None
         self._moves: list[tuple[Candidate, dict]] = []
 
-    def of(self, space, params: dict) -> list[tuple[Candidate, dict]]:
+    def of(self, space, params: dict, score: Correct) -> list[tuple[Candidate, dict]]:
         """(candidate, params) of each mutation of ``params``."""
         ident = repr(sorted(params.items()))
         if ident != self._of:
-            self._of, self._moves = ident, single_flips(space, params)
+            self._of, self._moves = ident, single_flips(space, params, score)
         return self._moves
 
 
-def single_flips(space, params: dict) -> list[tuple[Candidate, dict]]:
+def single_flips(space, params: dict, score: Correct) -> list[tuple[Candidate, dict]]:
     """(candidate, params) of every one-parameter mutation of ``params``, the questions a
-    change opens at their defaults."""
+    change opens answered at their best by ``score`` (:func:`settle_opened`)."""
     _, _, asked = build_with_defaults(space, params)
     out = []
     for name in sorted(asked):
         for o in asked[name]:
             if o != params.get(name):
-                cand, used, _ = build_with_defaults(space, {**params, name: o})
+                cand, used, opts = settle_opened(
+                    space, score, *build_with_defaults(space, {**params, name: o}), asked)
                 out.append((cand, used))
     return out
 
@@ -167,7 +175,7 @@ def neighbour(w, space, dev, params: dict, rng, seen: set[str], tries: int = 40,
     the best of ``tries`` random one- or two-parameter mutations (None if those were seen
     before too)."""
     correct = correct or _analytic(w, dev)
-    moves = (flips or SingleFlips()).of(space, params) if params else []
+    moves = (flips or SingleFlips()).of(space, params, correct) if params else []
     unseen = [(c, used) for c, used in moves if c.key not in seen]
     if unseen:
         return min(unseen, key=lambda m: correct(m[0]))[1]

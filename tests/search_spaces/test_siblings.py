@@ -46,9 +46,9 @@ def shared_b():
     return parse_workload(SHARED_B, "shared_b.toml")
 
 
-def stacking_choice(space: SearchSpace, rng):
+def stacking_choice(space: SearchSpace, rng, leave_out: tuple[str, ...] = ()):
     """A ``choose`` that runs every sibling as a library GEMM and stacks it (which fixes the
-    members' layouts); every other question at random."""
+    members' layouts), but the siblings in ``leave_out``; every other question at random."""
     sibs = {m for s in space.siblings for m in s.members}
 
     def choose(q, opts):
@@ -56,8 +56,9 @@ def stacking_choice(space: SearchSpace, rng):
         if kind == "impl" and rest in sibs:
             return "library"
         if kind == "stack":
-            return 1
-        assert not (kind == "layout" and rest in sibs), f"{q}: a stacked member's layout"
+            return 0 if rest.partition(":")[2] in leave_out else 1
+        assert not (kind == "layout" and rest in sibs - set(leave_out)), \
+            f"{q}: a stacked member's layout"
         return opts[int(rng.integers(len(opts)))]
     return choose
 
@@ -119,6 +120,34 @@ def test_stacked_candidates_round_trip_and_rebuild_from_their_params(make):
     unstacked = replace(cand, stacks=())
     assert "stacks" not in unstacked.to_dict()      # plans without stacks keep their keys
     assert unstacked.key != cand.key
+
+
+def test_a_stack_may_leave_siblings_out_even_its_anchor():
+    """With more than two stackable siblings each one's joining is a question (yes by
+    default): trimul's output gate may run alone while the four projections stack, and the
+    stack then runs in its first member's place."""
+    w = load_workload("trimul_outgoing", {"N": 8, "C": 4})
+    space = SearchSpace(w, TileBounds(stacks=True))
+    asked: list[str] = []
+    choose = stacking_choice(space, np.random.default_rng(3), leave_out=("pa", "go"))
+    cand = space.build(lambda q, opts: asked.append(q) or choose(q, opts))
+    assert cand.stacks == (("ga", "pb", "gb"),)
+    assert [q for q in asked if q.startswith("stack:")] == \
+        ["stack:pa"] + [f"stack:pa:{m}" for m in ("pa", "ga", "pb", "gb", "go")]
+    impl = {s.anchor: s.impl for s in cand.schedules}
+    checked_stack(w, cand.stacks[0], impl, lambda t: cand.layout(t, len(w.shapes[t])))
+    params = params_of(space, cand)
+    assert params["stack:pa"] == 1 and params["stack:pa:pa"] == 0 and params["stack:pa:gb"] == 1
+    # one member left is no stack: its layout is a question again
+    asked.clear()
+
+    def lone_choice(q, opts):
+        asked.append(q)
+        kind, _, rest = q.partition(":")
+        if kind == "stack":
+            return int(rest in ("pa", "pa:gb"))
+        return "library" if kind == "impl" else opts[0]
+    assert space.build(lone_choice).stacks == () and "layout:gb" in asked
 
 
 def test_checked_stack_names_what_is_wrong():

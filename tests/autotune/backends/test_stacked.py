@@ -41,6 +41,21 @@ def test_stacked_candidates_match_the_reference(name, tmp_path):
             assert not why, f"{why}\n{cand.to_json()}"
 
 
+def test_a_stack_of_some_siblings_matches_the_reference(tmp_path):
+    """Trimul's projections stacked without pa (the sibling set's anchor) and go: the stack
+    runs in ga's place, pa and go as GEMMs of their own."""
+    w = WORKLOADS["trimul"]()
+    space = SearchSpace(w, TileBounds(stacks=True))
+    inputs = w.random_inputs(6)
+    ref = reference(w, inputs)
+    cand = space.build(stacking_choice(space, np.random.default_rng(4), leave_out=("pa", "go")))
+    assert cand.stacks == (("ga", "pb", "gb"),)
+    plan = make_executable(w, cand, "cpu", tmp_path)
+    for _ in range(2):
+        _, why = verify(plan(**inputs), ref, w.rtol)
+        assert not why, f"{why}\n{cand.to_json()}"
+
+
 def test_the_members_are_the_stacked_result_in_place(tmp_path):
     w = WORKLOADS["trimul"]()
     space = SearchSpace(w, TileBounds(stacks=True))
