@@ -43,6 +43,13 @@ from autotune.threads import cores
 # A checked first call shorter than this is followed by one more before any sample is taken
 # (see CompiledPlan.timed_call); longer ones are their own sample, their one-time costs under 1 %.
 FIRST_CALL_WARM_BELOW_S = 0.2
+# A checked first call that allocated staging matrices is not steady-state when faulting them in
+# took a noticeable part of it: trimul N=702's unfused plan staged three 252 MB matrices, 2.27 s
+# on its first call and 0.98 s after (~1.7 ns a byte).  A stack's copied weights (5 x 64 KB)
+# cost well under a millisecond of a 1.3 s call: re-running such a call cost an N=702 search
+# 67 runs, ~90 s.  Past STAGED_SHARE of the call at that rate, the call after it is the sample.
+FAULT_S_PER_BYTE = 1.7e-9
+STAGED_SHARE = 0.01
 
 
 threads.warn_if_late()     # the settings the plans need came too late for a runtime
@@ -285,10 +292,9 @@ class CompiledPlan:
             seconds = time.perf_counter() - t0
             if check is not None and not check(last[0]):
                 return None
-            if self.staging.allocated != staged:
-                # the call allocated (and faulted in) its staging matrices, which the pool's
-                # buffers are not: not steady-state (trimul N=702's unfused plan stages three
-                # 252 MB matrices for its einsum, 2.27 s on a first call, 0.98 s after)
+            if (self.staging.allocated - staged) * FAULT_S_PER_BYTE > STAGED_SHARE * seconds:
+                # the call allocated (and faulted in) staging matrices, which the pool's
+                # buffers are not, and enough of them to show: not steady-state
                 return run()
             if seconds < FIRST_CALL_WARM_BELOW_S:
                 # a short plan's first call is not steady-state: it is the run that touches

@@ -73,13 +73,19 @@ def test_a_short_plan_is_warmed_up_for_a_while_before_its_samples(small, tmp_pat
 
 
 class _Staged(_Scripted):
-    """Its first call allocates staging scratch, as one with staged GEMM operands does."""
+    """Its first call allocates ``staged`` float32 elements of staging scratch, as one with
+    staged GEMM operands does."""
+    staged = 1 << 22        # 16 MB: ~30 ms to fault in, 10 % of a 0.25 s call
 
     def __call__(self, **inputs):
         out = super().__call__(**inputs)
         if self.calls == 1:
-            self.staging.scratch("a:x", (1024,), np.float32)
+            self.staging.scratch("a:x", (self.staged,), np.float32)
         return out
+
+
+class _LightlyStaged(_Staged):
+    staged = 1024           # 4 KB, as a stack's copied weights: nothing to wait out
 
 
 def test_a_long_first_call_that_allocated_staging_is_not_the_sample(small, tmp_path):
@@ -94,3 +100,13 @@ def test_a_long_first_call_that_allocated_staging_is_not_the_sample(small, tmp_p
                                check=lambda outs: checked.append(plan.calls) or True)
     assert checked == [1] and plan.calls == 2 and len(times) == 1
     assert times[0] < long                # the second call's time, not the first's
+
+
+def test_a_first_call_that_staged_little_is_the_sample(small, tmp_path):
+    """Faulting in a few kilobytes is no part of a quarter-second call: that call is the
+    sample, as any long first call is."""
+    long = executor.FIRST_CALL_WARM_BELOW_S + 0.05
+    w, plan = _plan(small, tmp_path, (long, 0.0))
+    plan.__class__ = _LightlyStaged
+    _, times = plan.timed_call(w.random_inputs(0), 0, 1, check=lambda outs: True)
+    assert plan.calls == 1 and len(times) == 1 and times[0] >= long
