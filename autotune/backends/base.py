@@ -156,13 +156,10 @@ class MeasureSettings:
     """How hard to measure: runs after the checked one, and when to stop early."""
     warmup: int = 0                # the checked run already warms caches and code
     repeats: int = 3
-    # A checked run this much slower than the best: no repeats (buffers are pre-faulted, so the
-    # first run is steady-state).  Both first runs this much slower: stop after two.  Replayed
-    # on the 118 measured trials of an N=702 search, (1.15, 1.05) instead of (1.3, 1.1) cut the
-    # runs from 268 to 218 and found the same best.  The contend factor is 1: a median of
-    # three whose first two runs are both slower than the best cannot beat it (a third run of
-    # those took 33 of 219 runs, 45 s, in a 49d9aee N=702 search), and the finalists are
-    # re-measured side by side at the end anyway.
+    # A checked run this much slower than the best: no repeats (pre-faulted buffers make the
+    # first run steady-state; 1.15 for 1.3 cut an N=702 search's runs from 268 to 218, same
+    # best).  Both first runs slower than the best: no third, whose median could not beat it
+    # (33 of 219 runs, 45 s, at N=702 with contend_factor 1.05).
     give_up_factor: float = 1.15
     contend_factor: float = 1.0
     # ... and a first run within the noise band the search has seen is no reason to give up:

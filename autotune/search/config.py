@@ -25,7 +25,11 @@ class SearchConfig:
     min_timeout_s: float | None = None   # None: the backend kind's (BackendKind.min_timeout_s)
     model_seeds: int = 12            # model-ranked candidates enqueued after the named plans
     model_pool: int = 300            # random candidates the model also ranks for them
-    climb_rounds: int = 3            # coordinate-descent rounds of the model from named plans
+    # coordinate-descent rounds of the model from the named plans before the first trial: a
+    # second round changed none of the two best favourites at trimul N=702 or attention (it
+    # bettered the third and fourth by 1-7 %) and doubled the climb (4.6 -> 9.6 s at N=702);
+    # the local search climbs on from the measured incumbent (every one-parameter move)
+    climb_rounds: int = 1
     # one trial in local_every is the model's pick among mutations of the incumbent; the rest
     # are the sampler's.  Every other (2) measured ~100 near-ties of the incumbent in a 200-trial
     # N=702 search, each ~10 s, that the model ranked within 0.1 % of it and a 2-core machine's
