@@ -35,22 +35,16 @@ def model_favourites(w, space, dev, config: SearchConfig, seen: set[str],
     correct = correct or _analytic(w, dev)
     pool: dict[str, tuple[float, Candidate]] = {}
 
-    def build(params: dict) -> tuple[Candidate, dict, dict]:
-        return build_with_defaults(space, params)
-
     def score(c: Candidate) -> float:
         if c.key not in pool:
             pool[c.key] = (correct(c), c)
         return pool[c.key][0]
 
-    def settle(c: Candidate, params: dict, opts: dict, before) -> tuple[Candidate, dict, dict]:
-        return settle_opened(space, score, c, params, opts, before)
-
     for start in ("heuristic", "unfused"):
         params = params_of(space, named_plan(space, start))
         if params is None:
             continue
-        cand, params, opts = build(params)
+        cand, params, opts = build_with_defaults(space, params)
         best = score(cand)
         for _ in range(config.climb_rounds):
             improved = False
@@ -58,7 +52,8 @@ def model_favourites(w, space, dev, config: SearchConfig, seen: set[str],
                 for o in opts.get(name, []):
                     if o == params.get(name):
                         continue
-                    c, p2, o2 = settle(*build({**params, name: o}), opts)
+                    c, p2, o2 = settle_opened(
+                        space, score, *build_with_defaults(space, {**params, name: o}), opts)
                     if score(c) < best * (1 - 1e-6):
                         best, params, opts, improved = score(c), p2, o2, True
             if not improved:

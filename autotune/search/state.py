@@ -51,8 +51,8 @@ class SearchState:
         self.noise = NoiseBand()                # run-to-run spread of the repeats so far
         self.loaded: set[str] = set()           # keys of candidates measured under load
         self.seen: set[str] = set()             # keys of every trial written (any status)
-        # the model's out-of-sample errors, which set the prune factor (a fixed one: no errors)
-        self.trust = ModelTrust(config.prune_factor or 2.0)
+        # the model's out-of-sample errors, which set the prune factor unless the config fixes it
+        self.trust = ModelTrust()
         self.flips = SingleFlips()              # the incumbent's one-parameter mutations
 
     def note(self, status: Status, cand: Candidate, pred: float, median: float | None) -> None:

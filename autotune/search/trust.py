@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import statistics
 
+CEILING = 2.0        # the factor until the errors say more (and the most they may allow)
 MIN_ERRORS = 12      # fewer out-of-sample errors than this: the ceiling
 Z = 2.5
 FLOOR = 1.3          # the two-core machine's run-to-run noise alone is ~10 %
@@ -30,7 +31,7 @@ class ModelTrust:
     """Out-of-sample errors of the model's (corrected) predictions, and the prune factor they
     allow under a ``ceiling``."""
 
-    def __init__(self, ceiling: float):
+    def __init__(self, ceiling: float = CEILING):
         self.ceiling = ceiling
         self._errors: list[float] = []      # log(measured / predicted)
 
