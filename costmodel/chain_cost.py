@@ -14,11 +14,11 @@ import math
 from search_spaces.chain import WALKED, Chain
 from search_spaces.chain_mask import mask_of, skipped_fraction
 from search_spaces.chain_walk import walk_innermost, walks_strided
-from search_spaces.footprint import tile_sizes
+from search_spaces.footprint import tile_dealing, tile_sizes
 
 from .devices import DeviceSpec
 from .estimate import FusedProducer, GroupCost
-from .rates import loop_launch_s, read_waste, transcendental_weight
+from .rates import loop_launch_s, read_waste, tile_overhead_s, transcendental_weight
 
 
 def chain_buffer_elems(chain: Chain, block: int, anchor, tiles) -> int:
@@ -115,7 +115,8 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
         / dev.loop_flops
     waves = math.ceil(n_tiles / dev.parallel_units)
     compute_s /= n_tiles / (waves * dev.parallel_units)
-    overhead_s = dev.tile_overhead_s * n_tiles * len(chain.members) / dev.parallel_units
+    _, chunk = tile_dealing(anchor.out_shape, tuple(eff), tuple(layout_of(chain.anchor)), item)
+    overhead_s = tile_overhead_s(dev, n_tiles, chunk, len(chain.members))
     memory_s = moved / dev.bandwidth
     bound = "compute" if compute_s + overhead_s >= memory_s else "memory"
     t = max(compute_s + overhead_s, memory_s) + loop_launch_s(dev)

@@ -83,7 +83,8 @@ class DeviceSpec:
     parallel_units: int        # cores or SMs: fewer tiles than this leaves the device idle
     transcendental_flops: float = 8.0   # flop-equivalents of one exp/log/rsqrt/sigmoid/tanh
     vector_width: int = 1      # SIMD lanes a generated loop needs to reach loop_flops (CPU)
-    tile_overhead_s: float = 0.0   # per tile and member: scheduling and loop set-up
+    tile_overhead_s: float = 0.0   # per tile dealt one at a time: the dealing and its set-up
+    tile_setup_s: float = 0.0      # per tile and member: its bounds and loop set-up alone
     tile_cache_bytes: float = 512e3  # private cache one tile works in (L2 per core; smem per SM)
     # CPU loop groups: an OpenMP parallel region's start, and waking each thread beyond the first
     region_s: float = 0.0
@@ -124,7 +125,9 @@ CPU_DEFAULT = DeviceSpec("cpu", "cpu", f32_flops=157e9, tf32_flops=0.0, bf16_flo
                          launch_s=4.7e-6, parallel_units=2, transcendental_flops=10.0,
                          # tile_overhead_s: the calibration's tile probe there, 10.3 ns
                          # (the 0.2 us before it over-priced one-element tiles ~10x)
-                         vector_width=8, tile_overhead_s=10e-9,
+                         # tile_setup_s: the floor the calibration puts under it, a few
+                         # dozen instructions (the rest is the dealing, paid per chunk)
+                         vector_width=8, tile_overhead_s=10e-9, tile_setup_s=5e-9,
                          region_s=0.49e-6, thread_start_s=6.7e-6, library_call_s=40e-6,
                          gemm_shapes=GemmShapes(skinny_k=0.6, skinny_mn=1.9, batched_small=1.1),
                          access=AccessCosts(strided_read=38.0, strided_write=27.0,

@@ -12,9 +12,10 @@ import math
 
 from search_spaces.candidate import IMPL_KERNEL, IMPL_LIBRARY, Candidate
 from search_spaces.chain import detect
-from search_spaces.footprint import (accumulates_in_tile, footprint_shape, footprints,
+from search_spaces.footprint import (accumulates_in_tile, conflicting, footprint_shape,
+                                     footprints,
                                      lines_between, nest_extents, plan_group, revisited_far,
-                                     strides, write_strides)
+                                     strides, tile_dealing, write_strides)
 from search_spaces.gemm import as_matrix_view, gemm_form, operand_groups
 from search_spaces.partition import Group, groups, materialized
 from search_spaces.rewrite import rewritten
@@ -26,7 +27,7 @@ from .devices import DeviceSpec
 from .estimate import CostEstimate, FusedProducer, GroupCost
 from .kernel_cost import kernel_copy_bytes, kernel_group
 from .rates import (LINE_ELEMS, gemm_rate, library_launch_s, loop_launch_s, read_waste,
-                    transcendental_weight, write_waste)
+                    tile_overhead_s, transcendental_weight, write_waste)
 from .stack_cost import stack_copy_bytes, stacked_group
 
 
@@ -159,10 +160,18 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
         # come back late; one whose lines stay in L1 only stores element by element (the
         # heuristic trimul's layer norm into channel-first tn: 0.06-0.09 s, predicted 0.03 s
         # as a vector loop, 0.17 s as a scalar one)
+        # (or an output written in place whose lines crowd into a few cache sets: evicted
+        # before they come back, each store a miss, priced as moving a line below; a tile
+        # buffer's conflicts cost less: a 64 KB one is all in L2, outer_product_mean's
+        # o += a b at 4 KiB steps through its accumulator ran 5.7 GFLOP/s)
+        write_conflict = False
         if inner in op.parallel:
             wst = write_strides(w, g, op, mp.footprint, anchor, tiles, layout_of, inner)
             if wst[inner] != 1:
-                far = revisited_far(wst, mp.order, nest_extents(op, shp))
+                write_conflict = op.out == g.anchor and not accumulates_in_tile(
+                    op, layout_of, inner) and conflicting(wst, mp.order,
+                                                          nest_extents(op, shp), item)
+                far = write_conflict or revisited_far(wst, mp.order, nest_extents(op, shp))
                 vec = min(vec, 1.0 / dev.vector_width if far else 0.5)
                 walks_strided = True
         if walks_strided:
@@ -201,7 +210,14 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
             unique += tensor_bytes if first_read else 0.0
         if mp.op in mats:
             wbytes = math.prod(shp) * item * n_tiles if mp.op != g.anchor else op.out_size * item
-            if op.out_size * item > dev.cache_bytes:
+            if write_conflict:
+                # every store misses, whatever the output's size, and first reads its line
+                # back (read for ownership): a strided read's line per element, the measured
+                # rate (gelu_mlp's bias add into 4 KiB rows, 64 to 256 rows a tile: 6.7-9.0
+                # ns an element on two cores; the strided read 4.2 ns; the strided write,
+                # whose lines the prefetcher brings, 1.9 ns)
+                wbytes *= read_waste(float(min(wst[mp.order[-1]], LINE_ELEMS)), dev)
+            elif op.out_size * item > dev.cache_bytes:
                 spread = line_waste(op.out_shape, layout_of(mp.op), shp)
                 ost = strides(op.out_shape, layout_of(mp.op))
                 inner_par = [i for i in mp.order if i in op.parallel]
@@ -228,8 +244,13 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
     occupancy = n_tiles / (waves * dev.parallel_units)
     compute_s /= occupancy
     # each tile pays scheduling and loop set-up per member: what sinks per-element fusion
-    overhead_s = dev.tile_overhead_s * n_tiles * len(plans) / dev.parallel_units
-    memory_s = moved / dev.bandwidth
+    _, chunk = tile_dealing(anchor.out_shape, tuple(eff_tiles), tuple(layout_of(g.anchor)),
+                            item)
+    overhead_s = tile_overhead_s(dev, n_tiles, chunk, len(plans))
+    # one core alone draws its share of the bandwidth, not all of it: idle cores leave theirs
+    # unused (outer_product_mean's row mean over 2 MB in one tile: 0.24 ms, 0.08 predicted
+    # at the full bandwidth)
+    memory_s = moved / (dev.bandwidth * occupancy)
     bound = "compute" if compute_s + overhead_s >= memory_s else "memory"
     # spilled buffers stall the arithmetic that uses them: paid on top, not overlapped
     t = max(compute_s + overhead_s, memory_s) + spill / dev.bandwidth + loop_launch_s(dev)

@@ -93,8 +93,8 @@ def test_a_slower_skinny_k_class_slows_the_trimul_projections_only():
 TRANSPOSE = "y[j,i] = x[i,j] * 2.0\n"
 
 
-def transposing_group(tiles):
-    w = workload(TRANSPOSE, {"I": 4096, "J": 4096}, {"x": ["I", "J"]}, ["y"])
+def transposing_group(tiles, n: int = 4096):
+    w = workload(TRANSPOSE, {"I": n, "J": n}, {"x": ["I", "J"]}, ["y"])
     return w, make_candidate([], {}, [GroupSchedule("y", tiles)], "t")
 
 
@@ -116,9 +116,20 @@ def test_a_cheaper_strided_read_predicts_a_strided_reading_group_faster():
 
 
 def test_a_blocked_transpose_pays_no_pattern_cost():
-    w, cand = transposing_group((64, 64))        # each tile's box stays in the private cache
+    # each tile's box stays in the private cache: rows of 4,160 floats put its 64 lines in 64
+    # different sets of L1
+    w, cand = transposing_group((64, 64), 4160)
     base = total(w, cand, NEUTRAL)
     assert total(w, cand, replace(NEUTRAL, access=AccessCosts(1.0, 1.0, 1.0))) == base
+
+
+def test_a_blocked_transpose_of_power_of_two_rows_pays_its_set_conflicts():
+    # rows of 4,096 floats: the tile's 64 lines 16 KiB apart share one set of L1, so each
+    # store misses and reads its line back, priced at the strided read's rate
+    w, cand = transposing_group((64, 64))
+    base = total(w, cand, NEUTRAL)
+    assert total(w, cand, replace(NEUTRAL, access=AccessCosts(strided_read=8.0))) < base
+    assert total(w, cand, replace(NEUTRAL, access=AccessCosts(strided_write=8.0))) == base
 
 
 def test_doubled_transpose_bandwidth_predicts_a_copying_gemm_faster():

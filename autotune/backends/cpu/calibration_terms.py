@@ -29,7 +29,7 @@ from autotune.threads import cores
 
 LOOP_FRACTION = 0.15   # generated loop nests vs. BLAS, when the loop rate is not measured
 MIN_LAUNCH_S = 1e-6    # a call from Python never costs less, whatever the noise subtracts
-MIN_TILE_S = 5e-9      # a tile's bounds and loop set-up: a few dozen instructions at least
+MIN_TILE_S = CPU_DEFAULT.tile_setup_s   # a tile's bounds and loop set-up at least
 
 
 def _last_level_cache() -> int | None:

@@ -18,7 +18,7 @@ import numpy as np
 from search_spaces.candidate import IMPL_LOOP, Candidate
 from search_spaces.chain import detect
 from search_spaces.partition import groups, materialized
-from search_spaces.footprint import accumulates_in_tile, strides
+from search_spaces.footprint import accumulates_in_tile, strides, tile_dealing
 from search_spaces.workload import Workload
 
 from autotune.backends.chain_loops import ChainLoops
@@ -45,9 +45,6 @@ C_FUNCTIONS = {"rsqrt": "(1/sqrt{s}({0}))", "sigmoid": "(1/(1+AT_EXP{s}(-({0})))
                "relu": "({{ __auto_type _r = ({0}); _r > 0 ? _r : 0; }})",
                "max": "({{ __auto_type _a = ({0}); __auto_type _b = ({1}); _a > _b ? _a : _b; }})",
                "min": "({{ __auto_type _a = ({0}); __auto_type _b = ({1}); _a < _b ? _a : _b; }})"}
-
-
-LINE_BYTES = 64          # a cache line on every x86-64 and AArch64 core this targets
 
 
 class _Emitter(LoopEmitter):
@@ -137,23 +134,11 @@ class _Emitter(LoopEmitter):
                        f"L_{mp.op}[{off}];", simd=True)
 
     def tile_dealing(self) -> tuple[list[int], int]:
-        """(the tile loops' order, outermost first; tiles a thread takes at a time).
-
-        Tiles narrower than a cache line along the anchor's contiguous dim share its lines
-        with their neighbours there: dealt one at a time, two threads write the same lines
-        and pass them back and forth.  So that dim's tile loop goes innermost and a thread
-        takes a line's worth of neighbours at once.  Measured on 2 cores, out[i,j,z] = po +
-        b, 128^3 floats: tiles (2,8,4) 6.6 ms one at a time, 1.25 ms four at a time (0.5 ms
-        with whole rows); (32,4,16): 2.3 -> 0.55 ms."""
-        nd = len(self.anchor.parallel)
-        if nd == 0:
-            return [], 1
-        kc = self.layout_of(self.g.anchor)[-1]
-        width = self.eff[kc] * np.dtype(self.w.dtype).itemsize
-        if self.ntile[kc] == 1 or width >= LINE_BYTES:
-            return list(range(nd)), 1
-        order = [k for k in range(nd) if k != kc] + [kc]
-        return order, min(self.ntile[kc], -(-LINE_BYTES // width))
+        """(the tile loops' order, outermost first; tiles a thread takes at a time):
+        :func:`search_spaces.footprint.tile_dealing`."""
+        return tile_dealing(self.anchor.out_shape, tuple(self.eff),
+                            tuple(self.layout_of(self.g.anchor)),
+                            np.dtype(self.w.dtype).itemsize)
 
     def tile_buffers(self) -> list[tuple[str, int]]:
         """Per-thread buffers (name, elements): each fused member's footprint (and the

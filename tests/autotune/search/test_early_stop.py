@@ -63,8 +63,10 @@ def test_the_noise_band_widens_the_give_up_threshold():
 
 
 def test_the_search_tells_the_backend_the_spread_of_its_repeats(w, space, fresh_db):
-    backend = FakeBackend(w, DEV, sigma=0.2)
-    run(w, space, fresh_db, dataclasses.replace(CHEAP, budget=30, prune_factor=1e9), backend)
+    # noise and trials enough that first runs land in the band whatever the model's ranking
+    # (at sigma 0.2 and 30 trials, one change of the model left none: 0 of 30, 6 of 40 here)
+    backend = FakeBackend(w, DEV, sigma=0.3)
+    run(w, space, fresh_db, dataclasses.replace(CHEAP, budget=40, prune_factor=1e9), backend)
     band = NoiseBand()
     for leniency, m in zip(backend.leniencies, backend.results):
         assert leniency.spread == band.spread()
