@@ -13,9 +13,8 @@ import math
 from search_spaces.candidate import IMPL_KERNEL, IMPL_LIBRARY, Candidate
 from search_spaces.chain import detect
 from search_spaces.footprint import (accumulates_in_tile, conflicting, footprint_shape,
-                                     footprints,
-                                     lines_between, nest_extents, plan_group, revisited_far,
-                                     strides, tile_dealing, write_strides)
+                                     footprints, lines_between, nest_extents, plan_group,
+                                     revisited_far, strides, tile_dealing, write_strides)
 from search_spaces.gemm import as_matrix_view, gemm_form, operand_groups
 from search_spaces.partition import Group, groups, materialized
 from search_spaces.rewrite import rewritten
@@ -243,7 +242,8 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
     waves = math.ceil(n_tiles / dev.parallel_units)
     occupancy = n_tiles / (waves * dev.parallel_units)
     compute_s /= occupancy
-    # each tile pays scheduling and loop set-up per member: what sinks per-element fusion
+    # the dealing of tiles (per chunk) and each member's set-up per tile: what sinks
+    # per-element fusion
     _, chunk = tile_dealing(anchor.out_shape, tuple(eff_tiles), tuple(layout_of(g.anchor)),
                             item)
     overhead_s = tile_overhead_s(dev, n_tiles, chunk, len(plans))
