@@ -12,9 +12,9 @@ import math
 
 from search_spaces.candidate import IMPL_KERNEL, IMPL_LIBRARY, Candidate
 from search_spaces.chain import detect
-from search_spaces.footprint import (accumulates_in_tile, conflicting, footprint_shape,
-                                     footprints, lines_between, nest_extents, plan_group,
-                                     revisited_far, strides, tile_dealing, write_strides)
+from search_spaces.footprint import (conflicting, footprint_shape, footprints, lines_between,
+                                     nest_extents, plan_group, revisited_far, strides,
+                                     tile_dealing, write_strides, writes_in_place)
 from search_spaces.gemm import as_matrix_view, gemm_form, operand_groups
 from search_spaces.partition import Group, groups, materialized
 from search_spaces.rewrite import rewritten
@@ -167,10 +167,10 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
         if inner in op.parallel:
             wst = write_strides(w, g, op, mp.footprint, anchor, tiles, layout_of, inner)
             if wst[inner] != 1:
-                write_conflict = op.out == g.anchor and not accumulates_in_tile(
-                    op, layout_of, inner) and conflicting(wst, mp.order,
-                                                          nest_extents(op, shp), item)
-                far = write_conflict or revisited_far(wst, mp.order, nest_extents(op, shp))
+                nest = nest_extents(op, shp)
+                write_conflict = writes_in_place(g, op, layout_of, inner) and conflicting(
+                    wst, mp.order, nest, item)
+                far = write_conflict or revisited_far(wst, mp.order, nest)
                 vec = min(vec, 1.0 / dev.vector_width if far else 0.5)
                 walks_strided = True
         if walks_strided:
@@ -223,8 +223,7 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
                 # a tile buffer (a fused member's, or a sum's accumulator) is stored by a loop
                 # in the output's own layout order: only an anchor computed in place walks
                 # its output in the compute loop's order
-                in_place = mp.op == g.anchor and not accumulates_in_tile(op, layout_of,
-                                                                         mp.order[-1])
+                in_place = writes_in_place(g, op, layout_of, mp.order[-1])
                 if in_place and inner_par and math.prod(shp) * item > dev.tile_cache_bytes:
                     s_in = ost[op.parallel.index(inner_par[-1])]
                     if s_in != 1:

@@ -156,12 +156,19 @@ def accumulates_in_tile(op: Op, layout_of, inner: str) -> bool:
     return strides(op.out_shape, layout_of(op.out))[op.parallel.index(inner)] != 1
 
 
+def writes_in_place(g: Group, op: Op, layout_of, inner: str) -> bool:
+    """Whether ``op``'s loop nest, ``inner`` innermost, writes straight into its output in its
+    layout: the group's anchor, unless it accumulates in a tile buffer (fused members always
+    write row-major tile buffers)."""
+    return op.out == g.anchor and not accumulates_in_tile(op, layout_of, inner)
+
+
 def write_strides(w: Workload, g: Group, op: Op, fp: tuple[tuple, ...], anchor: Op,
                   tiles: tuple[int, ...], layout_of, inner: str) -> dict[str, int]:
     """Element strides, by parallel index, of what ``op``'s loop nest writes when ``inner`` is
     its innermost loop: a fused member's row-major tile buffer; the anchor's output in its
-    layout, or the tile buffer it accumulates in (:func:`accumulates_in_tile`)."""
-    if op.out == g.anchor and not accumulates_in_tile(op, layout_of, inner):
+    layout, or the tile buffer it accumulates in (:func:`writes_in_place`)."""
+    if writes_in_place(g, op, layout_of, inner):
         return dict(zip(op.parallel, strides(op.out_shape, layout_of(op.out))))
     local = strides(footprint_shape(op, fp, anchor, tiles), tuple(range(len(op.parallel))))
     return dict(zip(op.parallel, local))
@@ -172,11 +179,17 @@ def lines_between(st: dict[str, int], order: tuple[str, ...], extents: dict[str,
     line when the nest ``order`` (outermost first, trip counts ``extents``) walks it: one per
     iteration of the loops inside its unit-stride index's loop that index it (infinite where
     no unit-stride index is in the nest: every line is visited once)."""
-    unit = [i for i in order if st.get(i) == 1]
-    if not unit:
+    deeper = _inside_unit(st, order)
+    if deeper is None:
         return math.inf
-    deeper = order[order.index(unit[0]) + 1:]
     return float(math.prod(extents[i] for i in deeper if i in st and i in extents))
+
+
+def _inside_unit(st: dict[str, int], order: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The loops of ``order`` inside the outermost one over a unit-stride index of ``st``
+    (None: no such loop)."""
+    unit = next((i for i in order if st.get(i) == 1), None)
+    return None if unit is None else order[order.index(unit) + 1:]
 
 
 # The first-level data cache places a line in one of L1_SETS sets by its address bits above
@@ -213,9 +226,7 @@ def conflicting(st: dict[str, int], order: tuple[str, ...], extents: dict[str, i
     lines = lines_between(st, order, extents)
     if not math.isfinite(lines) or lines <= L1_WAYS:
         return False
-    unit = next(i for i in order if st.get(i) == 1)
-    deeper = order[order.index(unit) + 1:]
-    walk = tuple(sorted((abs(st[i]) * item, extents[i]) for i in deeper
+    walk = tuple(sorted((abs(st[i]) * item, extents[i]) for i in _inside_unit(st, order)
                         if i in st and i in extents and extents[i] > 1))
     return lines > L1_WAYS * sets_touched(walk)
 

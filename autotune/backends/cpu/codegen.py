@@ -133,13 +133,6 @@ class _Emitter(LoopEmitter):
                        f"G_{mp.op}[{self.global_offset(mp.op, op.parallel, gvar)}] = "
                        f"L_{mp.op}[{off}];", simd=True)
 
-    def tile_dealing(self) -> tuple[list[int], int]:
-        """(the tile loops' order, outermost first; tiles a thread takes at a time):
-        :func:`search_spaces.footprint.tile_dealing`."""
-        return tile_dealing(self.anchor.out_shape, tuple(self.eff),
-                            tuple(self.layout_of(self.g.anchor)),
-                            np.dtype(self.w.dtype).itemsize)
-
     def tile_buffers(self) -> list[tuple[str, int]]:
         """Per-thread buffers (name, elements): each fused member's footprint (and the
         anchor's tile, when it is :attr:`staged`)."""
@@ -169,7 +162,9 @@ class _Emitter(LoopEmitter):
         for m, size in locals_:
             head.append(f"  {ct} *restrict {m} = ({ct} *)malloc(sizeof({ct}) * {size}L);")
         collapse = f" collapse({nd})" if nd > 1 else ""
-        order, chunk = self.tile_dealing()
+        order, chunk = tile_dealing(self.anchor.out_shape, tuple(self.eff),
+                                    tuple(self.layout_of(g.anchor)),
+                                    np.dtype(self.w.dtype).itemsize)
         head.append(f"  #pragma omp for schedule(dynamic, {chunk}){collapse}" if nd else "")
         loops = "".join(f"  for (long t{k} = 0; t{k} < {self.ntile[k]}L; t{k}++)\n"
                         for k in order)
