@@ -1,5 +1,6 @@
 """What every backend shares: the Backend and Plan protocols, the measurement record, the host
-buffer pool, and the check of outputs against the float64 reference.
+buffer pool (:mod:`autotune.backends.buffers`), and the check of outputs against the float64
+reference.
 
 A backend kind (:class:`BackendKind`: CPU, CUDA, one object each, looked up by CLI name in
 :mod:`autotune.backends.factory`) says what a device accepts and costs, builds plans for it and
@@ -25,6 +26,7 @@ from search_spaces.candidate import Candidate
 from search_spaces.space import TileBounds
 from search_spaces.workload import Workload
 
+from autotune.backends.buffers import BufferPool
 from autotune.backends.load import LoadWatch
 from autotune.environment import Environment
 
@@ -205,46 +207,6 @@ class EmittedSources:
     (file name -> text) and ``notes``, the README lines that say what each file holds."""
     files: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
-
-
-class BufferPool:
-    """Pre-faulted host byte buffers handed from one plan to the next in a measuring process.
-
-    Faulting in a plan's buffers costs ~0.7 s at N=702 (3 GB of intermediates): a search that
-    measures a hundred candidates of the same shapes pays it once instead of per candidate.
-    The pool holds at most what the last plan gave back, and drops what the next one does not
-    need before allocating, so peak memory stays one plan's worth.
-    """
-
-    def __init__(self) -> None:
-        self._free: list[np.ndarray] = []
-
-    def take_all(self, sizes: list[int]) -> list[np.ndarray]:
-        """One pre-faulted uint8 buffer per requested size (reused where one matches)."""
-        out: list[np.ndarray | None] = [None] * len(sizes)
-        free = self._free
-        for i, n in enumerate(sizes):
-            j = next((j for j, b in enumerate(free) if b.nbytes == n), None)
-            if j is not None:
-                out[i] = free.pop(j)
-        self._free = []           # unmatched: released before the fresh ones are faulted in
-        del free
-        for i, n in enumerate(sizes):
-            if out[i] is None:
-                out[i] = np.empty(n, dtype=np.uint8)
-                out[i].fill(0)     # fault the pages in now: first runs are steady-state runs
-        return out
-
-    def give(self, bufs) -> None:
-        self._free.extend(bufs)
-
-    def __len__(self) -> int:
-        return len(self._free)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held for the next plan."""
-        return sum(b.nbytes for b in self._free)
 
 
 class Plan(Protocol):

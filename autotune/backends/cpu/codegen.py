@@ -159,8 +159,11 @@ class _Emitter(LoopEmitter):
         head.append("  #pragma omp parallel")
         head.append("  {")
         locals_ = self.tile_buffers()
+        # tile buffers on a cache line, whole lines long: malloc's 16-byte alignment splits
+        # every other vector store across two lines (autotune.backends.buffers)
         for m, size in locals_:
-            head.append(f"  {ct} *restrict {m} = ({ct} *)malloc(sizeof({ct}) * {size}L);")
+            head.append(f"  {ct} *restrict {m} = ({ct} *)aligned_alloc(64, "
+                        f"(sizeof({ct}) * {size}L + 63) / 64 * 64);")
         collapse = f" collapse({nd})" if nd > 1 else ""
         order, chunk = tile_dealing(self.anchor.out_shape, tuple(self.eff),
                                     tuple(self.layout_of(g.anchor)),

@@ -30,6 +30,7 @@ from search_spaces.workload import Workload
 from autotune import threads
 from autotune.backends.base import (WARM_UP_S, Arrays, BufferPool, Cutoff, group_medians,
                                     timed_runs, warm_up)
+from autotune.backends.buffers import aligned_empty, held
 from autotune.backends.cpu.codegen import generate_units
 from autotune.backends.cpu.gemm_call import GemmKernel, kernel_spec
 from autotune.backends.cpu.gemm_driver import kernel_source
@@ -225,9 +226,7 @@ class CompiledPlan:
         raws = self._blocks
         self.storage, self.logical, self._last_out, self._raw = {}, {}, {}, {}
         self.stacks, self._blocks = {}, []
-        # every NumPy view of a buffer references it: beyond the list, the loop variable and
-        # getrefcount's argument, a reference is an array somebody still holds
-        self._pool.give([b for b in raws if sys.getrefcount(b) <= 3])
+        self._pool.give([b for b in raws if not held(b)])
 
     def __call__(self, **inputs: np.ndarray) -> dict[str, np.ndarray]:
         w = self.w
@@ -248,7 +247,7 @@ class CompiledPlan:
             # page fault each, 0.1-0.3 s for a 250 MB output.  A caller who kept it gets a new
             # one.
             if prev is None or sys.getrefcount(prev) > 3:
-                prev = np.empty(w.shapes[o], dtype=self.dtype)
+                prev = aligned_empty(w.shapes[o], self.dtype)
             self._last_out[o] = prev
             outs[o] = env[o] = storage[o] = prev
         # each group's seconds, for the learned correction (a clock read per group: ~100 ns

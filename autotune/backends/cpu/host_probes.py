@@ -15,6 +15,7 @@ from search_spaces import parse_workload
 from search_spaces.plans import named_plan
 from search_spaces.space import SearchSpace
 
+from autotune.backends.buffers import aligned_empty
 from autotune.backends.cpu.executor import CompiledPlan, _matmul
 from autotune.backends.cpu.probes import best_time, best_times
 
@@ -37,7 +38,7 @@ def gemm_flops(shapes: dict[str, tuple[int, int, int, int]], repeats: int) -> di
         b, m, n, k = shape
         a = rng.standard_normal((b, m, k), dtype=np.float32)
         bm = rng.standard_normal((b, k, n), dtype=np.float32)
-        c = np.empty((b, m, n), dtype=np.float32)
+        c = aligned_empty((b, m, n), np.float32)      # as a plan's outputs are
         return lambda r: _matmul(a, bm, c)
     t = best_times({name: run(shape) for name, shape in shapes.items()}, repeats)
     return {name: 2.0 * math.prod(shapes[name]) / t[name] for name in shapes}

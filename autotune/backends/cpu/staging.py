@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from autotune.backends.buffers import aligned_empty
 from autotune.threads import cores
 
 # below this many bytes one thread copies: a hand-off to the pool costs tens of microseconds
@@ -34,7 +35,7 @@ class Staging:
     def scratch(self, name: str, shape, dtype) -> np.ndarray:
         buf = self._scratch.get(name)
         if buf is None or buf.shape != tuple(shape) or buf.dtype != dtype:
-            buf = self._scratch[name] = np.empty(shape, dtype=dtype)
+            buf = self._scratch[name] = aligned_empty(shape, dtype)
             self.allocated += buf.nbytes
         return buf
 
