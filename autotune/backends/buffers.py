@@ -39,6 +39,12 @@ def held(buf: np.ndarray) -> bool:
     return sys.getrefcount(owner) > 3
 
 
+def owner_refs(a: np.ndarray) -> int:
+    """References to the array that owns ``a``'s memory (``a`` itself counts where it is a
+    view; 0 where ``a`` owns it): a count that grows with every view anybody takes of ``a``."""
+    return 0 if a.base is None else sys.getrefcount(a.base) - 1
+
+
 def aligned_empty(shape, dtype, align: int = ALIGN) -> np.ndarray:
     """``np.empty(shape, dtype)`` (C order) whose data starts on an ``align`` boundary."""
     dtype = np.dtype(dtype)

@@ -30,7 +30,7 @@ from search_spaces.workload import Workload
 from autotune import threads
 from autotune.backends.base import (WARM_UP_S, Arrays, BufferPool, Cutoff, group_medians,
                                     timed_runs, warm_up)
-from autotune.backends.buffers import aligned_empty, held
+from autotune.backends.buffers import aligned_empty, held, owner_refs
 from autotune.backends.cpu.codegen import generate_units
 from autotune.backends.cpu.gemm_call import GemmKernel, kernel_spec
 from autotune.backends.cpu.gemm_driver import kernel_source
@@ -203,8 +203,10 @@ class CompiledPlan:
         self.stacks = {s[0]: StackedGemm(w, cand, s, self._blocks[blocks.index(s)], self.staging)
                        for s in cand.stacks}
         self._skipped = stacked - set(self.stacks)   # run by their stack's first member
+        self._owner: dict[str, int] = {}     # each output's owner_refs when it was made
         for o in w.outputs:
             self._last_out[o] = self._raw[o].view(self.dtype).reshape(w.shapes[o])
+            self._owner[o] = owner_refs(self._last_out[o])
         self.fns = {a: getattr(self.libs[a], k.name) for a, k in self.kernels.items()}
         for f in self.fns.values():
             f.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
@@ -242,12 +244,14 @@ class CompiledPlan:
         outs = {}
         for o in w.outputs:
             prev = self._last_out.get(o)
-            # Reuse last call's output array when nobody holds it any more (the dict entry,
-            # ``prev`` and getrefcount's argument are the only references): fresh pages cost a
-            # page fault each, 0.1-0.3 s for a 250 MB output.  A caller who kept it gets a new
-            # one.
-            if prev is None or sys.getrefcount(prev) > 3:
+            # Reuse last call's output array when nobody holds it or a view of it any more
+            # (the dict entry, ``prev`` and getrefcount's argument are its only references, and
+            # its memory's owner has no more than when the array was made: NumPy points views
+            # at the owner): fresh pages cost a page fault each, 0.1-0.3 s for a 250 MB output.
+            # A caller who kept it, or a slice of it, gets a new one.
+            if prev is None or sys.getrefcount(prev) > 3 or owner_refs(prev) > self._owner[o]:
                 prev = aligned_empty(w.shapes[o], self.dtype)
+                self._owner[o] = owner_refs(prev)
             self._last_out[o] = prev
             outs[o] = env[o] = storage[o] = prev
         # each group's seconds, for the learned correction (a clock read per group: ~100 ns

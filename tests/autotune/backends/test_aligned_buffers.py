@@ -70,3 +70,19 @@ def test_held_sees_views_of_views_and_only_them():
     assert not held(b)
     with pytest.raises(ValueError, match="aligned_bytes"):
         held(np.empty(4))
+
+
+def test_a_caller_holding_a_slice_of_an_output_keeps_it(tmp_path):
+    w = load_workload("trimul_outgoing", {"N": 24, "C": 8})
+    plan = CompiledPlan(w, named_plan(space_for(w, "cpu"), "unfused"), tmp_path)
+    first = w.random_inputs(1)
+    row = plan(**first)["out"][3]            # only a view of the output survives this line
+    kept = row.copy()
+    second = plan(**w.random_inputs(2))["out"]
+    np.testing.assert_array_equal(row, kept)          # not overwritten by the second call
+    assert not np.shares_memory(second, row)
+    del row
+    third = plan(**w.random_inputs(3))["out"]
+    ptr = third.ctypes.data
+    del third
+    assert plan(**first)["out"].ctypes.data == ptr     # nobody holds it: the array is reused
