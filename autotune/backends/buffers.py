@@ -31,12 +31,10 @@ def held(buf: np.ndarray) -> bool:
     """Whether an array somebody still holds views the memory of ``buf``, a buffer from
     :func:`aligned_bytes`.  NumPy points every view at the array that owns the memory (the
     allocation behind ``buf``), not at the view it was taken from, so the count is the owner's:
-    ``buf``'s own reference, the name here and getrefcount's argument are all a free buffer
-    has."""
-    owner = buf.base
-    if owner is None:
+    ``buf``'s own reference is all a free buffer's has (:func:`owner_refs`)."""
+    if buf.base is None:
         raise ValueError("held() takes a buffer from aligned_bytes, a view of its allocation")
-    return sys.getrefcount(owner) > 3
+    return owner_refs(buf) > 1
 
 
 def owner_refs(a: np.ndarray) -> int:
@@ -50,6 +48,13 @@ def aligned_empty(shape, dtype, align: int = ALIGN) -> np.ndarray:
     dtype = np.dtype(dtype)
     count = int(np.prod(shape, dtype=np.int64))
     return aligned_bytes(count * dtype.itemsize, align).view(dtype).reshape(shape)
+
+
+def aligned_full(shape, value, dtype, align: int = ALIGN) -> np.ndarray:
+    """``np.full(shape, value, dtype)`` whose data starts on an ``align`` boundary."""
+    a = aligned_empty(shape, dtype, align)
+    a[...] = value
+    return a
 
 
 class BufferPool:

@@ -23,7 +23,7 @@ import numpy as np
 from costmodel.devices import CPU_DEFAULT, TRANSCENDENTALS, GemmShapes
 from costmodel.rates import gemm_rate
 
-from autotune.backends.buffers import aligned_empty
+from autotune.backends.buffers import aligned_full
 from autotune.backends.cpu import host_probes, kernel_probe, probes
 from autotune.backends.cpu.machine import machine_bounds
 from autotune.threads import cores
@@ -84,10 +84,8 @@ def measure(gemm_n: int, copy_mb: float, repeats: int, cache_dir: Path,
     ev: dict = {"gemm_flops": rates.pop("square"), "gemm_class_flops": rates}
     n = max(1, int(copy_mb * 1e6) // 4)
     # on cache lines, as a plan's buffers are (autotune.backends.buffers)
-    src = aligned_empty(n, np.float32)
-    src[:] = 1.0
-    dst = aligned_empty(n, np.float32)
-    dst[:] = 0.0
+    src = aligned_full(n, 1.0, np.float32)
+    dst = aligned_full(n, 0.0, np.float32)
     ev["numpy_copy_bandwidth"] = host_probes.numpy_copy_bandwidth(src, dst, repeats)
     lib = _errors(lambda: probes.load_probes(cache_dir), errors, "probes")
     if lib is not None:

@@ -21,6 +21,7 @@ from search_spaces.partition import groups, materialized
 from search_spaces.footprint import accumulates_in_tile, strides, tile_dealing
 from search_spaces.workload import Workload
 
+from autotune.backends.buffers import ALIGN
 from autotune.backends.chain_loops import ChainLoops
 from autotune.backends.loops import LoopEmitter
 
@@ -162,8 +163,8 @@ class _Emitter(LoopEmitter):
         # tile buffers on a cache line, whole lines long: malloc's 16-byte alignment splits
         # every other vector store across two lines (autotune.backends.buffers)
         for m, size in locals_:
-            head.append(f"  {ct} *restrict {m} = ({ct} *)aligned_alloc(64, "
-                        f"(sizeof({ct}) * {size}L + 63) / 64 * 64);")
+            head.append(f"  {ct} *restrict {m} = ({ct} *)aligned_alloc({ALIGN}, "
+                        f"(sizeof({ct}) * {size}L + {ALIGN - 1}) / {ALIGN} * {ALIGN});")
         collapse = f" collapse({nd})" if nd > 1 else ""
         order, chunk = tile_dealing(self.anchor.out_shape, tuple(self.eff),
                                     tuple(self.layout_of(g.anchor)),

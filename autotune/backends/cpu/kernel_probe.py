@@ -19,7 +19,7 @@ from costmodel.devices import DeviceSpec
 from costmodel.kernel_fit import KernelSample, fit_kernel_costs
 from search_spaces.kernel import KernelBounds, KernelParams, chosen_params, kernel_options
 
-from autotune.backends.buffers import aligned_empty
+from autotune.backends.buffers import aligned_full
 from autotune.backends.cpu.probes import best_times
 
 KERNEL_SHAPES = {"mlp": (1, 512, 1024, 256), "heads": (8, 256, 256, 32),
@@ -55,8 +55,7 @@ def measure_kernel(bounds: KernelBounds, cache_dir: Path, repeats: int, samples:
         ref = np.matmul(a.astype(np.float64), bm.astype(np.float64))
         calls, params = {}, {}
         for j, p in enumerate(random_params(bounds, b, samples, seed + i)):
-            c = aligned_empty((b, m, n), np.float32)     # as a plan's outputs are
-            c[...] = np.nan
+            c = aligned_full((b, m, n), np.nan, np.float32)     # as a plan's outputs are
             kern = load_gemm_kernel(KernelSpec(p, "float32", store_for(c)), str(cache_dir))
             kern(a, bm, c)
             err = float(np.abs(c - ref).max() / max(float(np.abs(ref).max()), 1e-30))

@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from autotune.backends.buffers import aligned_empty
+from autotune.backends.buffers import aligned_full
 from autotune.backends.cpu.codegen import PRELUDE, _Emitter
 from autotune.backends.cpu.executor import compile_source
 from autotune.backends.loops import COMMON_FUNCTIONS
@@ -234,8 +234,7 @@ def tile_time(lib, repeats: int, n: int = 1 << 16, reps: int = 5) -> float:
     tile's bounds and loop set-up): an in-cache update of ``n`` floats in tiles of one element
     against one tile per thread, regions back to back."""
     threads = max(1, int(lib.probe_max_threads()))
-    y = aligned_empty(n, np.float32)
-    y[:] = 1.0
+    y = aligned_full(n, 1.0, np.float32)
     t = best_times({"many": lambda r: lib.probe_tiles(y.ctypes.data, n, 1, reps),
                     "few": lambda r: lib.probe_tiles(y.ctypes.data, n, -(-n // threads), reps)},
                    repeats)
@@ -252,9 +251,7 @@ def function_times(lib, repeats: int, reps: int = 50) -> dict[str, float]:
     n = FUNCTION_ELEMS * threads
     x = (0.5 + (np.arange(n) % 97) / 97.0).astype(np.float32)      # in every domain
     names = ("ref", *_function_spellings())
-    ys = {fn: aligned_empty(n, np.float32) for fn in names}
-    for y in ys.values():
-        y[:] = 0.0
+    ys = {fn: aligned_full(n, 0.0, np.float32) for fn in names}
 
     def run(fn):
         f, y = getattr(lib, f"probe_fn_{fn}"), ys[fn].ctypes.data
