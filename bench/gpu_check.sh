@@ -78,6 +78,8 @@ DB="$WORK/plans-$TAG.sqlite"                 # kernels and references beside it,
 exec > >(tee -a "$LOG") 2>&1
 TEE_PID=$!
 STAGE_PID=
+STAGE_NAME=
+BG_BEFORE=
 export XLA_PYTHON_CLIENT_PREALLOCATE=false   # JAX must leave memory to CuPy and torch
 export TF_CPP_MIN_LOG_LEVEL=2
 export AUTOTUNE_DB="$DB"
@@ -125,11 +127,19 @@ EOF
 }
 finish() {
   local rc=$?
+  # a stage's fork that takes the signal before it execs runs this trap too: only the script reports
+  [ "$BASHPID" = "$$" ] || exit "$rc"
   trap - EXIT INT TERM
-  if [ -n "$STAGE_PID" ] && kill -0 "$STAGE_PID" 2>/dev/null; then
-    echo "== interrupted: stopping the running stage"
-    kill -TERM "$STAGE_PID" 2>/dev/null      # timeout passes it on to the stage's processes
-    wait "$STAGE_PID" 2>/dev/null
+  if [ -n "$STAGE_NAME" ]; then
+    # the signal may land between the stage's header and `STAGE_PID=$!` (bash runs traps
+    # between commands): then the stage, if it was started at all, is the newest background job
+    local pid=$STAGE_PID
+    [ -z "$pid" ] && [ "$!" != "$BG_BEFORE" ] && pid=$!
+    echo "== interrupted: stopping the running stage ($STAGE_NAME)"
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+      kill -TERM "$pid" 2>/dev/null           # timeout passes it on to the stage's processes
+      wait "$pid" 2>/dev/null
+    fi
   fi
   write_summary
   copy_out
@@ -155,6 +165,7 @@ stage() {
     STAGES+=("$name skip 0 $limit"); write_summary; copy_out
     return 0
   fi
+  STAGE_NAME=$name; BG_BEFORE=$!
   echo "== $name (limit $limit s): $*"
   t=$(date +%s)
   # in the background, so that a signal to this script is handled at once (finish stops it);
@@ -163,7 +174,7 @@ stage() {
   STAGE_PID=$!
   wait "$STAGE_PID"
   rc=$?
-  STAGE_PID=
+  STAGE_PID=; STAGE_NAME=
   echo "== $name: exit $rc after $(( $(date +%s) - t )) s" \
        "$( [ "$rc" = 124 ] && echo "(stopped at its time limit)")"
   STAGES+=("$name $rc $(( $(date +%s) - t )) $limit")

@@ -89,3 +89,33 @@ def test_interrupted_run_still_reports(tmp_path):
     text = log.read_text()
     assert "interrupted: stopping the running stage" in text
     assert text.strip().splitlines()[-1].startswith("== end ") and "exit 130" in text
+
+
+@pytest.mark.parametrize("after", ['echo "== $name (limit $limit s): $*"',
+                                   'timeout --kill-after=15 "$limit" "$@" &'])
+def test_signal_between_header_and_stage_pid(tmp_path, after):
+    """A signal landing in the window between the stage's header and `STAGE_PID=$!` (the CI run
+    of stop 28 hit it: the header was in the log, the stage not yet known) still names the stage,
+    stops it if it started, and ends once with exit 130. The window is forced by a copy of the
+    script that signals itself right after the given line; the rest of the repository is linked."""
+    repo = tmp_path / "repo"
+    (repo / "bench").mkdir(parents=True)
+    for entry in ROOT.iterdir():
+        if entry.name not in ("bench", ".git"):
+            (repo / entry.name).symlink_to(entry)
+    for entry in (ROOT / "bench").iterdir():
+        if entry.name != "gpu_check.sh":
+            (repo / "bench" / entry.name).symlink_to(entry)
+    text = SCRIPT.read_text()
+    assert text.count(after) == 1
+    (repo / "bench" / "gpu_check.sh").write_text(
+        text.replace(after, after + '\n  [ "$name" = tests ] && kill -TERM $$'))
+    out = tmp_path / "out"
+    r = subprocess.run(["bash", str(repo / "bench" / "gpu_check.sh"), "--dry-run"], cwd=tmp_path,
+                       env=env_for(out), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 130, r.stdout[-3000:] + r.stderr[-2000:]
+    log = (out / "gpu_check-dryrun.log").read_text()
+    assert "== interrupted: stopping the running stage (tests)" in log, log[-3000:]
+    ends = [line for line in log.splitlines() if line.startswith("== end ")]
+    assert len(ends) == 1 and "exit 130" in ends[0], log[-3000:]
+    assert "passed" not in log                # the stage's tests were stopped, not run out
