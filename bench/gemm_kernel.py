@@ -13,7 +13,7 @@ GFLOP/s.  The kernel runs with the machine's default parameters
 :class:`search_spaces.kernel.KernelParams` fields).  The JSON record, with the command, the
 load average before and after and the BLAS kernel NumPy uses, goes to
 ``<out>/gemm-kernel-<dtype>.json``.  The machine's float32 FMA peak is measured first
-(``autotune.backends.cpu.calibrate.measure_peak_flops``): peak / BLAS rate, recorded per shape
+(``autotune.backends.cpu.probes.peak_flops``, the FMA chains `autotune calibrate` runs): peak / BLAS rate, recorded per shape
 as ``peak_vs_blas``, is the most any kernel could gain over BLAS there.
 """
 from __future__ import annotations
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--rounds must be at least 1")
     import numpy as np
     from search_spaces.kernel import default_params, legalize
-    from autotune.backends.cpu.calibrate import measure_peak_flops
+    from autotune.backends.cpu import probes
     from autotune.backends.cpu.machine import machine_bounds
 
     command = [sys.executable, *sys.argv] if argv is None else [sys.executable, __file__, *argv]
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="gemm-kernel-") as cache:
         # the machine's float32 FMA peak (calibrate's FMA chains): no kernel can pass it, so
         # peak / BLAS rate bounds the ratio any kernel can reach on a shape
-        peak = measure_peak_flops(3, 20_000_000, Path(cache)) / 1e9
+        peak = probes.peak_flops(probes.load_probes(Path(cache)), 3, 20_000_000) / 1e9
         print(f"numpy {np.__version__}, BLAS {blas.get('corename')} ({blas.get('library')}), "
               f"OPENBLAS_CORETYPE={blas['OPENBLAS_CORETYPE']}; load {load_before[0]:.1f}; "
               f"float32 FMA peak {peak:.0f} GFLOP/s", flush=True)

@@ -45,7 +45,7 @@ from db.keys import PlanKey  # noqa: E402
 from db.records import Status  # noqa: E402
 from db.store import PlanDB  # noqa: E402
 from search_spaces import load_workload  # noqa: E402
-from search_spaces.exhaustive import all_candidates  # noqa: E402
+from search_spaces.exhaustive import SpaceTooLarge, all_candidates  # noqa: E402
 from search_spaces.space import SearchSpace  # noqa: E402
 
 from autotune.backends.base import Measurement, MeasureSettings  # noqa: E402
@@ -142,7 +142,10 @@ def main(argv=None) -> int:
         if a.pool:
             pool = json.loads(Path(a.pool).read_text())["pool"]
         else:
-            pool = measure_pool(w, kind, env, space, a.rounds, 0, Path(tmp), log)
+            try:
+                pool = measure_pool(w, kind, env, space, a.rounds, 0, Path(tmp), log)
+            except SpaceTooLarge as e:
+                sys.exit(f"{a.workload}: {e}")
             # saved before any search: the measurement is the expensive part
             Path(a.out).mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({"command": command, "pool": pool}))
