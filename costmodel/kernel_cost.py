@@ -7,8 +7,11 @@ operand that is no strided matrix at all is copied first (as for a library GEMM)
 or a prologue (search_spaces.kernel_fusion) adds its arithmetic at the loop rate and one read of
 each tensor it reads (a prologue's per packing pass of its operand); C is then the epilogue's
 result and A (or B) the prologue's main input, and the fused intermediate is never stored or
-loaded again: that saving is the difference from the unfused plan.  docs/costmodel.md gives the
-reasons.
+loaded again: that saving is the difference from the unfused plan.  A pair (two contractions
+over a shared operand under one epilogue) is one kernel over twice the paired extent (padded to
+whole tile halves), its whole K in one slice; it reads both non-shared operands, which the
+executor first interleaves (a copy of them, priced as a read and a write), and stores only the
+epilogue's result.  docs/costmodel.md gives the reasons.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from search_spaces.candidate import IMPL_KERNEL
 from search_spaces.kernel_fusion import group_strides, kernel_parts
 from search_spaces.gemm import as_matrix_view, gemm_form, operand_groups
 from search_spaces.ir import accesses
-from search_spaces.kernel import OUTER_A, SPLIT_BATCH, KernelParams
+from search_spaces.kernel import OUTER_A, SPLIT_BATCH, KernelParams, pair_params
 from search_spaces.partition import Group
 
 from .devices import DeviceSpec
@@ -63,9 +66,25 @@ def kernel_operands(w, fused, anchor: str, layout_of, item: int):
         c = w.op(epi.consumer)
         rows.append(_row(w, epi.consumer, tuple(to_p[i] for i in c.parallel), go, "c",
                          layout_of, item))
-        rows += _others(w, epi.consumer, lambda a: a.tensor == p, to_p, go, ext, "e",
-                        size(go), layout_of, item)
+        rows += _others(w, epi.consumer, lambda a: a.tensor in (p, parts.pair), to_p, go, ext,
+                        "e", size(go), layout_of, item)
+    if parts.pair:
+        # the second's non-shared operand, read with the first's (interleaved beforehand)
+        shared = parts.epilogue.shared
+        f2 = gemm_form(w.op(parts.pair))
+        other, role = (f2.b, "b") if shared == "a" else (f2.a, "a")
+        rows.append((other.tensor, math.prod(w.shapes[other.tensor]) * item, role, 0.0))
     return parts, rows
+
+
+def pair_copy_bytes(w, parts, item: int) -> float:
+    """Bytes the executor's interleaving of a pair's two non-shared operands moves (both read,
+    the interleaved one written)."""
+    if not parts.pair:
+        return 0.0
+    tensors = [(f.b if parts.epilogue.shared == "a" else f.a).tensor
+               for f in (gemm_form(w.op(parts.contraction)), gemm_form(w.op(parts.pair)))]
+    return 2.0 * sum(math.prod(w.shapes[t]) * item for t in tensors)
 
 
 def _row(w, tensor, idx, grp, role, layout_of, item):
@@ -151,13 +170,22 @@ def kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev: Dev
     ext = dict(zip(op.domain, op.extents))
     size = lambda idx: math.prod(ext[i] for i in idx)
     b_, m, n, kk = size(form.batch), size(form.m), size(form.n), size(form.k)
+    if parts.pair:
+        # one kernel over both: twice the paired extent, in halves of the tile
+        k = pair_params(k, kk, item) if k is not None else None
+        h = ((k.mr if (parts.epilogue.shared == "b") else k.nr) // 2) if k is not None else 1
+        if parts.epilogue.shared == "a":
+            n = math.ceil(n / h) * 2 * h
+        else:
+            m = math.ceil(m / h) * 2 * h
     flops = 2.0 * b_ * m * n * kk
     nc, kc = (k.nc, k.kc) if k is not None else (max(n, 1), max(kk, 1))
     passes = {"a": math.ceil(n / nc), "b": 1, "c": 2 * max(1, math.ceil(kk / kc)) - 1, "e": 1}
     bytes_ = sum(nbytes * passes[role] for _, nbytes, role, _ in rows)
     unique = sum(nbytes for _, nbytes, _, _ in rows)
     # a copy reads and writes each byte with one side strided
-    copy_bytes = sum(2 * copied * dev.access.transpose_copy for *_, copied in rows)
+    copy_bytes = sum(2 * copied * dev.access.transpose_copy for *_, copied in rows) \
+        + pair_copy_bytes(w, parts, item)
     c_bytes = sum(nbytes for _, nbytes, role, _ in rows if role == "c")
     compute = kernel_compute_s(b_, m, n, kk, k, item, c_bytes, dev)
     # the fused ops' arithmetic at the loop rate: an epilogue once per element of C, a
@@ -184,6 +212,7 @@ def kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev: Dev
 
 
 def kernel_copy_bytes(w, fused, anchor: str, layout_of, item: int) -> int:
-    """Bytes of the copies the executor makes around the kernel group (peak memory)."""
-    return int(sum(copied for *_, copied in kernel_operands(w, fused, anchor, layout_of,
-                                                            item)[1]))
+    """Bytes of the copies the executor makes around the kernel group (peak memory): a
+    pair's interleaved operands among them."""
+    parts, rows = kernel_operands(w, fused, anchor, layout_of, item)
+    return int(sum(copied for *_, copied in rows) + pair_copy_bytes(w, parts, item) / 2)

@@ -9,7 +9,7 @@ Pure: no I/O here.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 SPLIT_M = "m"          # threads share one packed B block and split the rows (MC blocks) of C
 SPLIT_BATCH = "batch"  # one batch item per thread, all blocks single-threaded
@@ -169,6 +169,14 @@ def chosen_params(o: KernelOptions, choose, itemsize: int) -> KernelParams:
                      bool(ask["pack_a"]), bool(ask["pack_b"]), str(ask["split"]),
                      o.default.vec_bytes, str(ask["outer"]), bool(ask["stream"]))
     return legalize(p, itemsize)
+
+
+def pair_params(p: KernelParams, depth: int, itemsize: int) -> KernelParams:
+    """The parameters a pair (search_spaces.kernel_fusion) runs with: its whole contraction
+    depth ``depth`` in one K slice (no partial sum of two contractions is ever stored) and an
+    even register tile, whose halves hold the two."""
+    mr = max(2, p.mr - p.mr % 2)
+    return legalize(replace(p, mr=mr, kc=max(p.kc, depth)), itemsize)
 
 
 def legalize(p: KernelParams, itemsize: int) -> KernelParams:

@@ -19,7 +19,17 @@ once per row by their own reduction, and its per-channel scale and shift).  Lega
 no program output, ``p`` is its only consumer and reads it as exactly one of its two operands,
 and ``q`` is elementwise without where() conditions.
 
-The fused edges ``q->p`` and ``p->c`` make one group of these ops (anchored at ``c``, or at
+An epilogue may read a second contraction ``p2`` besides ``p`` (a **pair**, the "dual GEMM" of
+a gated projection: trimul's ``a = mask * sigmoid(ga + b) * (pa + b)``, a SwiGLU's
+``silu(x W_gate) * (x W_up)``): both are computed in one kernel over the operand they share, the
+other operands interleaved in blocks of half a register tile along the paired index, so that
+each tile holds ``p`` and ``p2`` at the same elements and the epilogue combines them before
+anything is stored; neither result is ever stored.  Legal when ``c`` is a legal epilogue of
+each, they read the same tensor at the same positions as one operand (the *shared* one), their
+other operands are distinct tensors of one shape read at the same positions, and their scales
+and extents agree (:func:`pair_of`).  Prologues are not taken into a pair.
+
+The fused edges ``q->p`` and ``p->c`` (and ``p2->c``) make one group of these ops (anchored at ``c``, or at
 ``p`` without an epilogue) whose schedule has impl ``kernel`` and the parameters asked for ``p``.
 """
 from __future__ import annotations
@@ -36,10 +46,15 @@ from .workload import Workload
 class Epilogue:
     """Consumer ``consumer`` fused into the kernel of contraction ``contraction``; ``read``:
     the subscript (``consumer``'s index names) with which it reads the contraction, position
-    by position the contraction's own output indices."""
+    by position the contraction's own output indices.  ``pair``: the second contraction of a
+    pair (empty for none), read at ``pair_read``; ``shared``: which operand ("a" or "b" of
+    the contraction's GemmForm) the two have in common."""
     contraction: str
     consumer: str
     read: tuple[str, ...]
+    pair: str = ""
+    pair_read: tuple[str, ...] = ()
+    shared: str = ""
 
     def to_contraction(self, w: Workload) -> dict[str, str]:
         """The consumer's index names -> the contraction's (same element)."""
@@ -73,9 +88,15 @@ class KernelParts:
     prologue_b: Prologue | None = None
 
     @property
+    def pair(self) -> str:
+        """The pair's second contraction ("" for none)."""
+        return self.epilogue.pair if self.epilogue else ""
+
+    @property
     def members(self) -> tuple[str, ...]:
         return tuple([p.producer for p in (self.prologue_a, self.prologue_b) if p] +
-                     [self.contraction] + ([self.epilogue.consumer] if self.epilogue else []))
+                     [self.contraction] + ([self.pair] if self.pair else []) +
+                     ([self.epilogue.consumer] if self.epilogue else []))
 
 
 def _elementwise(op) -> bool:
@@ -101,6 +122,36 @@ def epilogue_of(w: Workload, p: str, c: str) -> Epilogue | None:
     if len(set(read)) != len(read) or sorted(read) != sorted(op_c.parallel):
         return None
     return Epilogue(p, c, read)
+
+
+def pair_of(w: Workload, p: str, p2: str, c: str) -> Epilogue | None:
+    """The epilogue ``c`` would be for the pair ``p``, ``p2`` (None where they cannot be one:
+    see the module docstring)."""
+    if p == p2:
+        return None
+    e1, e2 = epilogue_of(w, p, c), epilogue_of(w, p2, c)
+    if e1 is None or e2 is None:
+        return None
+    op1, op2 = w.op(p), w.op(p2)
+    f1, f2 = gemm_form(op1), gemm_form(op2)
+    if f1.scale != f2.scale:
+        return None
+    to1, to2 = e1.to_contraction(w), e2.to_contraction(w)
+    ren = {to2[i]: to1[i] for i in w.op(c).parallel}      # p2's index names -> p's
+    for shared in ("a", "b"):
+        (s1, o1), (s2, o2) = [(f.a, f.b) if shared == "a" else (f.b, f.a) for f in (f1, f2)]
+        if s1.tensor != s2.tensor or o1.tensor == o2.tensor or len(s1.idx) != len(s2.idx) \
+                or w.shapes[o1.tensor] != w.shapes[o2.tensor]:
+            continue
+        r = dict(ren)
+        if any(r.setdefault(j, i) != i for i, j in zip(s1.idx, s2.idx)):
+            continue                   # the shared tensor read at other positions
+        if any(j not in r for j in o2.idx) or tuple(r[j] for j in o2.idx) != o1.idx:
+            continue
+        if any(op2.extent(j) != op1.extent(i) for j, i in r.items()):
+            continue
+        return Epilogue(p, c, e1.read, p2, e2.read, shared)
+    return None
 
 
 def prologue_of(w: Workload, q: str, p: str) -> Prologue | None:
@@ -129,13 +180,17 @@ def kernel_parts(w: Workload, fused: set[tuple[str, str]], anchor: str) -> Kerne
     epi = None
     p = anchor
     if gemm_form(w.op(anchor)) is None:
-        p = next((q for q in w.op(anchor).inputs() if (q, anchor) in fused), None)
-        epi = epilogue_of(w, p, anchor) if p is not None else None
+        into = [q for q in w.op(anchor).inputs() if (q, anchor) in fused]
+        p = into[0] if into else None
+        epi = (epilogue_of(w, p, anchor) if len(into) == 1 else
+               pair_of(w, into[0], into[1], anchor) if len(into) == 2 else None)
         if epi is None:
             raise ValueError(f"{anchor}: no contraction with an epilogue the kernel can run")
     pro = {}
     for q in w.op(p).inputs():
         if (q, p) in fused:
+            if epi is not None and epi.pair:
+                raise ValueError(f"{q}->{p}: a pair takes no prologue")
             one = prologue_of(w, q, p)
             if one is None:
                 raise ValueError(f"{q}->{p}: no prologue the kernel can run")

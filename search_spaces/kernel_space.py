@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from .candidate import IMPL_KERNEL, Candidate, GroupSchedule
-from .kernel_fusion import epilogue_of, prologue_of
+from .kernel_fusion import epilogue_of, pair_of, prologue_of
 from .gemm import gemm_form
 from .kernel import (KernelBounds, KernelParams, chosen_params, kernel_options,
                      question_options)
@@ -73,22 +73,52 @@ def ask_kernel_fusions(w: Workload, edges, forbid, force, impl: dict[str, str],
                        choose: Choose) -> list[tuple[str, str]]:
     """The fused edges of kernel groups (:mod:`search_spaces.kernel_fusion`): ``fuse:p->c``
     asked (or forced) for every kernel contraction ``p`` and consumer ``c`` that may be its
-    epilogue, then ``fuse:q->p`` for every producer ``q`` that may be its prologue.  An op
-    joins one kernel group at most (the first edge in edge order that says yes), and none
-    where a forced edge outside the group touches it (the loop fusion it asks for wins)."""
+    epilogue, and with it ``fuse:p2->c`` for every other kernel contraction ``p2`` that may
+    join ``p`` as a pair (:func:`~search_spaces.kernel_fusion.pair_of`); then ``fuse:q->p`` for
+    every producer ``q`` that may be the prologue of a contraction in no pair.  An op joins
+    one kernel group at most (the first edge in edge order that says yes), and none where a
+    forced edge outside the group touches it (the loop fusion it asks for wins)."""
     out: list[tuple[str, str]] = []
     taken: set[str] = set()
+    paired: set[str] = set()
+    outside_force = lambda x, e: any(x in f and f != e for f in force)
     for epilogue in (True, False):
         for p, c in edges:
             kern, other = (p, c) if epilogue else (c, p)
             legal = epilogue_of(w, p, c) if epilogue else prologue_of(w, p, c)
             if impl.get(kern) != IMPL_KERNEL or (p, c) in forbid or other in taken \
-                    or legal is None or any(other in e and e != (p, c) for e in force):
+                    or kern in paired or legal is None or outside_force(other, (p, c)):
                 continue
             if (p, c) in force or choose(f"fuse:{p}->{c}", [0, 1]):
                 out.append((p, c))
                 taken.add(other)
+                if epilogue:
+                    taken.add(p)
+                    pair = _ask_pair(w, p, c, edges, forbid, force, impl, taken,
+                                     outside_force, choose)
+                    if pair:
+                        out.append((pair, c))
+                        taken.add(pair)
+                        paired.update((p, pair))
     return out
+
+
+def _ask_pair(w, p, c, edges, forbid, force, impl, taken, outside_force, choose) -> str:
+    """The second contraction of a pair with ``p`` under epilogue ``c`` ("" for none): each
+    legal one asked ``fuse:p2->c`` in edge order until one says yes."""
+    for p2, c2 in edges:
+        if c2 != c or p2 in taken or impl.get(p2) != IMPL_KERNEL or (p2, c) in forbid \
+                or outside_force(p2, (p2, c)) or pair_of(w, *_in_read_order(w, p, p2, c), c) is None:
+            continue
+        if (p2, c) in force or choose(f"fuse:{p2}->{c}", [0, 1]):
+            return p2
+    return ""
+
+
+def _in_read_order(w, p, p2, c) -> tuple[str, str]:
+    """``p`` and ``p2`` in the order ``c`` first reads them (the order kernel_parts pairs)."""
+    order = w.op(c).inputs()
+    return (p, p2) if order.index(p) < order.index(p2) else (p2, p)
 
 
 def kernel_schedule(cand: Candidate, contraction: str) -> GroupSchedule | None:

@@ -8,6 +8,7 @@ through ctypes on strided (batch, rows, cols) views: no copies, whatever the str
 from __future__ import annotations
 
 import ctypes
+import math
 from pathlib import Path
 
 import numpy as np
@@ -16,11 +17,11 @@ from search_spaces.candidate import Candidate
 from search_spaces.kernel_fusion import Epilogue, KernelParts, kernel_parts
 from search_spaces.footprint import strides
 from search_spaces.gemm import gemm_form
-from search_spaces.kernel import default_params
+from search_spaces.kernel import default_params, pair_params
 from search_spaces.workload import Workload
 
 from autotune.backends.cpu.gemm_driver import ENTRY
-from autotune.backends.cpu.gemm_kernel import STORE_COLS, STORE_ROWS, KernelSpec
+from autotune.backends.cpu.gemm_kernel import STORE_COLS, STORE_ROWS, KernelSpec, pair_half
 from autotune.backends.cpu.gemm_transforms import kernel_transforms
 from autotune.backends.cpu.machine import machine_bounds
 
@@ -47,6 +48,9 @@ class GemmKernel:
 
     def __call__(self, a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: float = 1.0,
                  extra: tuple[np.ndarray, ...] = ()) -> None:
+        """For a pair (``spec.pair``), ``a`` or ``b`` is the two contractions' other operands
+        interleaved along the paired axis (:func:`interleave`), and ``c`` has half its extent
+        there (less the padding)."""
         it = self.dtype.itemsize
         for name, arr in (("a", a), ("b", b), ("c", c)):
             if arr.dtype != self.dtype or arr.ndim != 3:
@@ -55,9 +59,16 @@ class GemmKernel:
             if any(s % it for s in arr.strides):
                 raise ValueError(f"{name}: strides {arr.strides} are not whole elements")
         nb, m, k = a.shape
-        if b.shape[1:] != (k, c.shape[2]) or c.shape != (nb, m, b.shape[2]) \
+        along = pair_axis(self.spec)          # "m", "n" or "" (no pair)
+        h = pair_half(self.spec)
+        # the kernel's extents: C's, or along a pair's axis twice C's rounded up to blocks of h
+        kern = [-(-e // h) * 2 * h if along == ax else e for ax, e in zip("mn", c.shape[1:])]
+        if b.shape[1] != k or [m, b.shape[2]] != kern \
                 or b.shape[0] not in (nb, 1) or a.shape[0] != c.shape[0]:
-            raise ValueError(f"shapes {a.shape} @ {b.shape} -> {c.shape} do not match")
+            raise ValueError(f"shapes {a.shape} @ {b.shape} -> {c.shape} do not match"
+                             + (f" (a pair along {along})" if along else ""))
+        if along and k > self.spec.params.kc:
+            raise ValueError(f"a pair takes K in one slice: K {k} > KC {self.spec.params.kc}")
         if not c.flags.writeable:
             raise ValueError("c is read-only")
         if len(extra) != len(self.spec.args):
@@ -71,13 +82,47 @@ class GemmKernel:
                 raise ValueError(f"extra arrays must be {self.dtype} in whole-element strides")
             # over (batch, m, n) for an epilogue, (batch, m, k) or (batch, k, n) for a prologue
             if x.ndim == 3 and (x.shape[0] not in (nb, 1) or x.shape[1:] not in (
-                    (m, c.shape[2]), (m, k), (k, c.shape[2]))):
+                    c.shape[1:], (m, k), (k, b.shape[2]))):
                 raise ValueError(f"extra array of shape {x.shape} fits no operand of "
                                  f"{a.shape} @ {b.shape}")
         xst = [v for x in extra for v in (st(x) if x.ndim == 3 else (0, 0, 0))]
-        dims = (ctypes.c_long * (13 + len(xst)))(nb, m, b.shape[2], k, *st(a), *sb, *st(c), *xst)
+        tail = [c.shape[1] if along == "m" else c.shape[2]] if along else []
+        dims = (ctypes.c_long * (13 + len(xst) + len(tail)))(nb, m, b.shape[2], k, *st(a), *sb,
+                                                             *st(c), *xst, *tail)
         xs = (ctypes.c_void_p * max(1, len(extra)))(*[x.ctypes.data for x in extra])
         self._fn(a.ctypes.data, b.ctypes.data, c.ctypes.data, dims, float(alpha), xs)
+
+
+def pair_axis(spec: KernelSpec) -> str:
+    """The contraction's axis ("m" or "n") a pair's kernel axis is ("" for no pair): the
+    kernel's rows are m in ``rows`` store, n in ``cols``."""
+    if not spec.pair:
+        return ""
+    return "m" if (spec.pair == "rows") == (spec.store == STORE_ROWS) else "n"
+
+
+def interleave(x1: np.ndarray, x2: np.ndarray, h: int, axis: int, out: np.ndarray) -> np.ndarray:
+    """``x1`` and ``x2`` (3-d, equal shapes) in blocks of ``h`` along ``axis`` (1 or 2), one of
+    each by turns, the last pair of blocks zero-padded to ``h``, into ``out`` (contiguous,
+    ``2h * ceil(n / h)`` along ``axis``)."""
+    n = x1.shape[axis]
+    full, rem = divmod(n, h)
+    blocks = full + (rem > 0)
+    if axis == 2:
+        ov = out.reshape(out.shape[0], out.shape[1], blocks, 2, h)
+        for side, x in enumerate((x1, x2)):
+            ov[:, :, :full, side, :] = x[:, :, :full * h].reshape(x.shape[0], x.shape[1], full, h)
+            if rem:
+                ov[:, :, full, side, :rem] = x[:, :, full * h:]
+                ov[:, :, full, side, rem:] = 0
+    else:
+        ov = out.reshape(out.shape[0], blocks, 2, h, out.shape[2])
+        for side, x in enumerate((x1, x2)):
+            ov[:, :full, side] = x[:, :full * h].reshape(x.shape[0], full, h, x.shape[2])
+            if rem:
+                ov[:, full, side, :rem] = x[:, full * h:]
+                ov[:, full, side, rem:] = 0
+    return out
 
 
 def store_for(c: np.ndarray) -> str:
@@ -109,10 +154,18 @@ def kernel_spec(w: Workload, cand: Candidate, anchor: str) -> KernelSpec:
     rows = [i for i in form.m if ext[i] > 1]
     store = STORE_COLS if m_stride == 1 and n_stride != 1 and rows else STORE_ROWS
     params = cand.schedule(anchor).kernel   # None only in a hand-written candidate
+    item = 4 if w.dtype == "float32" else 8
     if params is None:
-        params = default_params(machine_bounds(), 4 if w.dtype == "float32" else 8)
+        params = default_params(machine_bounds(), item)
     hooks, _ = kernel_transforms(w, parts, lambda t: cand.layout(t, len(w.shapes[t])))
-    return KernelSpec(params, w.dtype, store, **hooks)
+    pair = ""
+    if parts.pair:
+        params = pair_params(params, math.prod(op.extent(i) for i in form.k), item)
+        # the paired contraction axis is the one the non-shared operand brings; as a kernel
+        # axis, rows in ``rows`` store are m
+        along = "n" if parts.epilogue.shared == "a" else "m"
+        pair = "rows" if (along == "m") == (store == STORE_ROWS) else "cols"
+    return KernelSpec(params, w.dtype, store, **hooks, pair=pair)
 
 
 def result_of(w: Workload, p: str, epi: Epilogue | None) -> tuple[str, tuple[str, ...]]:

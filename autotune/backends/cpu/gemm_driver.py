@@ -7,19 +7,20 @@ from __future__ import annotations
 from search_spaces.kernel import SPLIT_BATCH
 
 from autotune.backends.cpu.codegen import PRELUDE
-from autotune.backends.cpu.gemm_kernel import (STORE_COLS, KernelSpec, macro_source,
+from autotune.backends.cpu.gemm_kernel import (STORE_COLS, KernelSpec, half_at, macro_source,
                                                may_skip_a, may_skip_b, micro_kernel, packers)
 from autotune.backends.loops import SCALAR_TYPES
 
 ENTRY = "gemm_kernel"
 
 
-def _item(shared: bool) -> str:
+def _item(s: KernelSpec, shared: bool) -> str:
     """All blocks of one batch item.  ``shared``: called by every thread of a parallel region,
     which split B's packing and the MC blocks between them (the loops' implicit barriers keep
     the shared B block intact until every thread is done with it)."""
     omp = "#pragma omp for schedule(static)" if shared else ""
     name = "item_shared" if shared else "item_serial"
+    c_at = f"RC + {half_at(s, 'rows', 'ic')} * rc_r + {half_at(s, 'cols', 'jc')} * rc_c"
     return f"""
 static void {name}(const T *RA, long ra_r, long ra_k, const T *RB, long rb_k, long rb_c, T *RC,
                    long rc_r, long rc_c, long M, long N, long K, long mcx, int pa, int pb,
@@ -42,7 +43,7 @@ static void {name}(const T *RA, long ra_r, long ra_k, const T *RB, long rb_k, lo
         const T *Ab = RA + ic * ra_r + pc * ra_k;
         if (pa) pack_a(mc, kc, Ab, ra_r, ra_k, ab, ic, pc, x);
         macro(mc, nc, kc, pa ? ab : Ab, ra_r, ra_k, pa, pb ? bb : Bb, rb_k, pb,
-              RC + ic * rc_r + jc * rc_c, rc_r, rc_c, kb == 0 ? wr : 0, kb == nk - 1, alpha, ic,
+              {c_at}, rc_r, rc_c, kb == 0 ? wr : 0, kb == nk - 1, alpha, ic,
               jc, pc,
               ea, eb, x);
       }}
@@ -54,8 +55,9 @@ static void {name}(const T *RA, long ra_r, long ra_k, const T *RB, long rb_k, lo
 
 def _entry(s: KernelSpec) -> str:
     """``gemm_kernel(A, B, C, d, alpha, extra)``: ``d`` holds batch, M, N, K and the element
-    strides (batch, row, col) of A, B and C, then those of each extra array; ``extra`` the
-    arrays the transforms read (each batch item sees its own, moved by its batch stride)."""
+    strides (batch, row, col) of A, B and C, then those of each extra array, then (a pair)
+    C's extent along the paired axis; ``extra`` the arrays the transforms read (each batch
+    item sees its own, moved by its batch stride)."""
     if s.store == STORE_COLS:   # C^T = B^T A^T: the kernel's A is B, its rows are n
         roles = ("long M = d[2], N = d[1];\n  const T *RA = B, *RB = A;\n"
                  "  long ra_b = d[7], ra_r = d[9], ra_k = d[8];\n"
@@ -71,6 +73,7 @@ def _entry(s: KernelSpec) -> str:
                     for i, a in enumerate(s.args))
     moves = " ".join(f"y.{a} += b * x->{a}_b;" for a in s.args)
     batch = "1" if s.params.split == SPLIT_BATCH else "0"
+    pair_out = f"g_pair_out = d[{13 + 3 * len(s.args)}];" if s.pair else ""
     return f"""
 static __thread T *t_a, *t_b, *t_ea, *t_eb;
 static __thread long t_acap, t_bcap, t_eacap, t_ebcap;
@@ -96,6 +99,7 @@ void {ENTRY}(const T *A, const T *B, T *C, const long *d, double alpha_,
                  const T *const *extra) {{
   X xs = {{0}};
   (void)extra; {fill}
+  {pair_out}
   const X *x = &xs;
   long nb = d[0], K = d[3];
   {roles}
@@ -171,6 +175,7 @@ static inline void stream16(T *p, V v) {{
 #define SFENCE() ((void)0)
 static inline void stream16(T *p, V v) {{ *(VU *)p = v; }}
 #endif
+static long g_pair_out;   /* a pair's C extent along the paired axis (gemm_kernel.py) */
 #define MR {p.mr}L
 #define NR {p.nr}L
 #define MC {p.mc}L
@@ -182,5 +187,5 @@ static inline void stream16(T *p, V v) {{ *(VU *)p = v; }}
     parts = [head, micro_kernel(s, "ukr_p", packed_a=True)]
     if may_skip_a(s):
         parts.append(micro_kernel(s, "ukr_u", packed_a=False))
-    parts += [packers(s), macro_source(s), _item(False), _item(True), _entry(s)]
+    parts += [packers(s), macro_source(s), _item(s, False), _item(s, True), _entry(s)]
     return "\n".join(parts) + "\n"

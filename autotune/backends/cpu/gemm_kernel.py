@@ -17,6 +17,14 @@ parameters say), ``epilogue`` to each element of C after the last K slice, befor
 ``store`` says which of C's indices is unit-stride: ``rows`` vectorises along n, ``cols``
 computes ``C^T = B^T A^T`` so that it vectorises along m; other strides take a scalar store.
 
+A **pair** (``pair``: the kernel axis, ``rows`` or ``cols``, whose register tile it halves) is
+two contractions over one shared operand: the executor interleaves the other two operands in
+blocks of half a tile along that axis (:func:`pair_half`), so that each tile's first half holds
+the first contraction's values and its second half the second's at the same elements; the
+epilogue reads them as ``{x}`` and ``{y}`` and stores one tile half into C, whose coordinate
+along the paired axis is half the kernel's.  A pair takes its whole K in one slice (the
+executor sets KC to at least K), so no partial sum is ever stored.
+
 Threads: with ``split = "m"`` all threads share one packed B block and take MC blocks of rows
 (MC shrinks at run time when there are too few rows to go round); with ``split = "batch"`` each
 thread takes whole batch items with its own buffers, no barrier between them.  Packing buffers
@@ -59,7 +67,8 @@ class KernelSpec:
     store: str = STORE_ROWS
     prologue_a: Transform = IDENTITY      # over {x}, {m}, {k}
     prologue_b: Transform = IDENTITY      # over {x}, {k}, {n}
-    epilogue: Transform = IDENTITY        # over {x}, {m}, {n}
+    epilogue: Transform = IDENTITY        # over {x}, {m}, {n} (and {y}: a pair's second)
+    pair: str = ""                        # "", or the kernel axis a pair halves: rows, cols
 
     @property
     def args(self) -> tuple[str, ...]:
@@ -74,9 +83,16 @@ class KernelSpec:
         return hashlib.sha256(repr(self).encode()).hexdigest()[:12]
 
 
-def _apply(t: Transform, x: str, **idx: str) -> str:
+def _apply(t: Transform, x: str, y: str = "0", **idx: str) -> str:
     names = {"m": "0", "n": "0", "k": "0", **idx}
-    return x if t.identity else "(" + t.expr.format(x=x, **names) + ")"
+    return x if t.identity else "(" + t.expr.format(x=x, y=y, **names) + ")"
+
+
+def pair_half(s: KernelSpec) -> int:
+    """A pair's block: half the register tile along the paired kernel axis (0: no pair)."""
+    if not s.pair:
+        return 0
+    return (s.params.mr if s.pair == "rows" else s.params.nr) // 2
 
 
 def micro_kernel(s: KernelSpec, name: str, packed_a: bool) -> str:
@@ -102,6 +118,8 @@ def micro_kernel(s: KernelSpec, name: str, packed_a: bool) -> str:
         upd = " ".join(f"{acc[i][j]} += ai * b{j};" for j in range(nv))
         lines.append(f"    {{ T ai = {a_at(i)}; {upd} }}")
     lines += [f"    {a_step} b += b_rs;", "  }"]
+    if s.pair:
+        return "\n".join(lines + _pair_store(s, acc, lanes))
     epi = _apply(s.epilogue, "v", **_roles(s, "i", "j", "row0", "col0"))
     direct = "1" if s.epilogue.identity else "!last"
     lines.append(f"  if (m == MR && n == NR && c_cs == 1 && {direct}) {{")
@@ -136,6 +154,40 @@ def micro_kernel(s: KernelSpec, name: str, packed_a: bool) -> str:
     return "\n".join(lines)
 
 
+def _pair_store(s: KernelSpec, acc, lanes: int) -> list[str]:
+    """A pair's tile: through the scratch tile, each stored element the epilogue of the first
+    half's value and the second half's at the same place; the part of the half inside C
+    (``g_pair_out``: C's extent along the paired axis) stored, with a constant trip count
+    where the whole half is (so that the loop vectorises along the unit-stride columns)."""
+    p = s.params
+    lines = ["  (void)first; (void)last;", "  T t[MR * NR] __attribute__((aligned(64)));"]
+    for i in range(p.mr):
+        lines.append("  " + " ".join(f"*(V *)(t + {i * p.nr + j * lanes}) = {acc[i][j]};"
+                                     for j in range(len(acc[i]))))
+    if s.pair == "cols":
+        second = "t[i * NR + NR / 2 + j]"
+        roles = _roles(s, "i", "j", "row0", "(col0 / 2)")
+        lines += ["  long nh = g_pair_out - col0 / 2, mh = m;", "  if (nh > NR / 2) nh = NR / 2;"]
+        full = "mh == MR && nh == NR / 2"
+        rows_, cols_ = ("MR", "NR / 2"), ("mh", "nh")
+    else:
+        second = "t[(i + MR / 2) * NR + j]"
+        roles = _roles(s, "i", "j", "(row0 / 2)", "col0")
+        lines += ["  long mh = g_pair_out - row0 / 2, nh = n;", "  if (mh > MR / 2) mh = MR / 2;"]
+        full = "mh == MR / 2 && nh == NR"
+        rows_, cols_ = ("MR / 2", "NR"), ("mh", "nh")
+    epi = _apply(s.epilogue, "alpha * t[i * NR + j]", f"alpha * {second}", **roles)
+
+    def loop(rows: str, cols: str, unit: bool) -> list[str]:
+        at = "ci[j]" if unit else "ci[j * c_cs]"
+        return [f"    for (long i = 0; i < {rows}; i++) {{",
+                "      T *restrict ci = c + i * c_rs;", "      #pragma omp simd",
+                f"      for (long j = 0; j < {cols}; j++) {at} = {epi};", "    }"]
+    lines += [f"  if ({full} && c_cs == 1) {{", *loop(*rows_, True), "    return;", "  }",
+              "  {", *loop(*cols_, False), "  }", "}"]
+    return lines
+
+
 def _full_tile_epilogue(epi: str) -> list[str]:
     """The last K slice of a full tile of unit column stride: the epilogue over each row of
     the scratch tile in a loop of constant trip count and unit stride, which vectorises (glibc's
@@ -155,9 +207,12 @@ def _prefetch_c(s: KernelSpec) -> list[str]:
     from DRAM overlaps the arithmetic instead of stalling the stores at the end: with a short K
     (the K=128 projections) C is most of the memory traffic."""
     item = 4 if s.dtype == "float32" else 8
-    offs = list(range(0, s.params.nr, 64 // item)) + [s.params.nr - 1]
+    # a pair's tile stores half its rows or half its columns
+    rows = s.params.mr // 2 if s.pair == "rows" else s.params.mr
+    cols = s.params.nr // 2 if s.pair == "cols" else s.params.nr
+    offs = list(range(0, cols, 64 // item)) + [cols - 1]
     body = " ".join(f"__builtin_prefetch(c + {i} * c_rs + {o}, 1, 3);"
-                    for i in range(s.params.mr) for o in offs)
+                    for i in range(rows) for o in offs)
     return [f"  if (c_cs == 1 && m == MR) {{ {body} }}"]
 
 
@@ -232,6 +287,7 @@ def macro_source(s: KernelSpec) -> str:
     iloop = """for (long ir = 0; ir < mc; ir += MR) {
     long m = mc - ir < MR ? mc - ir : MR;"""
     outer, inner = (iloop, jloop) if s.params.outer == OUTER_A else (jloop, iloop)
+    row_at, col_at = half_at(s, "rows", "ir"), half_at(s, "cols", "jr")
     return f"""
 static void macro(long mc, long nc, long kc, const T *Ab, long a_rs, long a_cs, int pa,
                   const T *Bb, long b_rk, int pb, T *C, long c_rs, long c_cs, int first, int last,
@@ -241,7 +297,7 @@ static void macro(long mc, long nc, long kc, const T *Ab, long a_rs, long a_cs, 
   if (!pb && nfull < nc) pack_b(kc, nc - nfull, Bb + nfull, b_rk, 1, eb, k0, col0 + nfull, x);
   {outer}
   {inner}
-      T *c = C + ir * c_rs + jr * c_cs;
+      T *c = C + {row_at} * c_rs + {col_at} * c_cs;
       if (pa) ukr_p(kc, Ab + ir * kc, 1, MR, bp, brs, c, c_rs, c_cs, m, n, first, last, alpha,
                     row0 + ir, col0 + jr, x);
       else if (ir < mfull) {unpacked_a} bp, brs, c, c_rs, c_cs, m, n,
@@ -252,6 +308,12 @@ static void macro(long mc, long nc, long kc, const T *Ab, long a_rs, long a_cs, 
   }}
 }}
 """
+
+
+def half_at(s: KernelSpec, axis: str, at: str) -> str:
+    """A kernel coordinate as C's: halved along a pair's axis (blocks of a whole tile, so
+    even), as it is elsewhere."""
+    return f"({at} / 2)" if s.pair == axis else at
 
 
 def may_skip_a(s: KernelSpec) -> bool:

@@ -24,7 +24,7 @@ from autotune.backends.cpu.staging import Staging
 from autotune.backends.loops import COMMON_FUNCTIONS, SCALAR_TYPES
 
 # stand-ins for the Transform's placeholders while the C text (which has braces) is built
-_X, _R, _C = "\0x\0", "\0r\0", "\0c\0"
+_X, _Y, _R, _C = "\0x\0", "\0y\0", "\0r\0", "\0c\0"
 
 
 @dataclass(frozen=True)
@@ -74,10 +74,12 @@ def sites(w: Workload, parts: KernelParts) -> list[tuple[FusionSite, Epilogue | 
 
 
 def transform_code(w: Workload, site: FusionSite, is_value: Callable[[Access], bool],
-                   layout_of: Callable[[str], tuple[int, ...]]
+                   layout_of: Callable[[str], tuple[int, ...]],
+                   is_second: Callable[[Access], bool] = lambda a: False
                    ) -> tuple[Transform, tuple[TransformOperand, ...]]:
     """The fused op's expression as a Transform (``is_value``: the accesses that read
-    ``{x}``), and its extra arrays in the Transform's argument order."""
+    ``{x}``; ``is_second``: those that read ``{y}``, a pair's second contraction), and its
+    extra arrays in the Transform's argument order."""
     op = w.op(site.op)
     p = w.op(site.contraction)
     ext = dict(zip(p.domain, p.extents))
@@ -92,6 +94,8 @@ def transform_code(w: Workload, site: FusionSite, is_value: Callable[[Access], b
         if isinstance(e, Access):
             if is_value(e):
                 return _X
+            if is_second(e):
+                return _Y
             if (e.tensor, e.idx) not in operands:
                 st = group_strides(tuple(to_p[i] for i in e.idx), w.shapes[e.tensor],
                                    layout_of(e.tensor), site.groups, ext)
@@ -117,7 +121,7 @@ def transform_code(w: Workload, site: FusionSite, is_value: Callable[[Access], b
         raise ValueError(f"{site.op}: the kernel cannot evaluate {e!r} in a fusion")
 
     c = text(op.expr).replace("{", "{{").replace("}", "}}")
-    c = c.replace(_X, "{x}").replace(_R, "{" + site.rows + "}").replace(_C, "{" + site.cols + "}")
+    c = c.replace(_X, "{x}").replace(_Y, "{y}").replace(_R, "{" + site.rows + "}").replace(_C, "{" + site.cols + "}")
     ops = tuple(operands.values())
     return Transform(c, tuple(o.arg for o in ops)), ops
 
@@ -137,7 +141,9 @@ def kernel_transforms(w: Workload, parts: KernelParts, layout_of
     hooks = {"prologue_a": IDENTITY, "prologue_b": IDENTITY, "epilogue": IDENTITY}
     extras = []
     for site, fusion in sites(w, parts):
-        t, ops = transform_code(w, site, is_value_of(fusion), layout_of)
+        second = (lambda a: a.tensor == parts.pair) if site.prefix == "e" and parts.pair \
+            else (lambda a: False)
+        t, ops = transform_code(w, site, is_value_of(fusion), layout_of, second)
         hook = "epilogue" if site.prefix == "e" else f"prologue_{site.prefix}"
         hooks[hook] = t
         extras += [(site, o) for o in ops]

@@ -14,7 +14,9 @@ from search_spaces.kernel_fusion import kernel_parts
 from search_spaces.gemm import gemm_form
 from search_spaces.workload import Workload
 
-from autotune.backends.cpu.gemm_call import GemmKernel, operand_source, result_of
+from autotune.backends.cpu.gemm_call import (GemmKernel, interleave, operand_source, pair_axis,
+                                             result_of)
+from autotune.backends.cpu.gemm_kernel import pair_half
 from autotune.backends.cpu.gemm_transforms import kernel_transforms, transform_arrays
 from autotune.backends.cpu.staging import Staging
 
@@ -94,6 +96,14 @@ class KernelGroup:
         self.a, self.b = operand_source(w, parts, "a"), operand_source(w, parts, "b")
         self.out, self.idx = result_of(w, parts.contraction, parts.epilogue)
         self.extras = kernel_transforms(w, parts, lambda t: cand.layout(t, len(w.shapes[t])))[1]
+        # a pair: the second contraction's operand that is not shared, in the first's index
+        # names (pair_of checked that it sits at the same positions), interleaved with the
+        # first's along the paired axis on each call
+        self.second = None
+        if parts.pair:
+            epi = parts.epilogue
+            f2 = gemm_form(w.op(parts.pair))
+            self.second = (f2.b if epi.shared == "a" else f2.a).tensor
 
     def __call__(self, env: dict[str, np.ndarray]) -> None:
         f = self.form
@@ -103,7 +113,25 @@ class KernelGroup:
         t, c = view3(env[self.out], self.idx, (f.batch, f.m, f.n))
         target = c if c is not None else st.scratch(f"{k}:c", (a.shape[0], a.shape[1],
                                                                b.shape[2]), a.dtype)
+        if self.second is not None:
+            a, b = self._paired(env, a, b)
         extra = transform_arrays(self.w, self.extras, env, st, k)
         self.kernel(a, b, target, f.scale, extra)     # the contraction's scale as alpha
         if c is None:
             st.copy(t, target.reshape(t.shape))
+
+    def _paired(self, env, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(a, b) with the non-shared one interleaved with the second contraction's (the same
+        subscript, another tensor) into a kept buffer, in blocks of half the tile."""
+        f, st, k = self.form, self.stage, self.anchor
+        spec = self.kernel.spec
+        h = pair_half(spec)
+        if pair_axis(spec) == "n":
+            b2 = as3(env[self.second], self.b[1], (f.batch, f.k, f.n), st, f"{k}:b2")
+            n = b.shape[2]
+            out = st.scratch(f"{k}:pair", (b.shape[0], b.shape[1], -(-n // h) * 2 * h), b.dtype)
+            return a, interleave(b, b2, h, 2, out)
+        a2 = as3(env[self.second], self.a[1], (f.batch, f.m, f.k), st, f"{k}:a2")
+        m = a.shape[1]
+        out = st.scratch(f"{k}:pair", (a.shape[0], -(-m // h) * 2 * h, a.shape[2]), a.dtype)
+        return interleave(a, a2, h, 1, out), b

@@ -102,6 +102,7 @@ class CpuBackendKind:
                 parts = kernel_parts(w, cand.fused_pairs, s.anchor)
                 named = (("prologue A", parts.prologue_a and parts.prologue_a.producer),
                          ("prologue B", parts.prologue_b and parts.prologue_b.producer),
+                         ("paired with", parts.pair),
                          ("epilogue", parts.epilogue and parts.epilogue.consumer))
                 fusions = "".join(f"  {what} {w.op(op).text()}" for what, op in named if op)
                 notes.append(f"kernel_{s.anchor}.c: {ENTRY}(A, B, C, dims, alpha, extra)  "

@@ -112,7 +112,9 @@ def test_cost_model_charges_the_kernels_passes_over_c(small):
     w = small("gated_mlp")
     space = _kernel_space(w)
     cand = _all_kernel(space, 0)
-    anchor = next(s.anchor for s in cand.schedules if s.impl == IMPL_KERNEL)
+    # (a pair takes its whole K in one slice whatever KC says: a group without one)
+    anchor = next(s.anchor for s in cand.schedules if s.impl == IMPL_KERNEL
+                  and not kernel_parts(w, cand.fused_pairs, s.anchor).pair)
     dev = costmodel.preset("cpu")
 
     def with_kc(kc):
