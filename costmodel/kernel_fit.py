@@ -1,10 +1,11 @@
 """Fitting the generated kernel's terms (:class:`~costmodel.devices.KernelCosts` and its rate)
 to measurements of random legal configurations.  Pure: NumPy arithmetic, no I/O.
 
-The model's time for a configuration (``kernel_cost.plain_kernel_s``) is a roofline at the
-kernel's rate plus barriers, times one factor per parameter choice that applies.  In logs the
-factors are linear: ``ln(measured / neutral) = c0 + sum(c_i * flag_i)``, where ``neutral`` is the
-model's time with every factor at 1; least squares gives the c_i (the factors are ``exp(c_i)``)
+The model's time for a configuration (``kernel_cost.plain_kernel_s``) is its arithmetic at the
+kernel's rate plus barriers, times one factor per parameter choice that applies, plus its traffic
+(which no factor scales, so it is taken off the measurement first).  In logs the factors are
+linear: ``ln((measured - traffic) / neutral) = c0 + sum(c_i * flag_i)``, where ``neutral`` is
+the model's arithmetic with every factor at 1; least squares gives the c_i (the factors are ``exp(c_i)``)
 and c0 (the kernel's rate is the assumed one over ``exp(c0)``).  The barrier cost enters the
 roofline additively, so it is chosen from a grid by the fit's residual.  A choice the samples
 never make (or always make) cannot be told apart from the rate and keeps its factor at 1.
@@ -19,7 +20,7 @@ import numpy as np
 from search_spaces.kernel import KernelParams
 
 from .devices import DeviceSpec, KernelCosts
-from .kernel_cost import kernel_flags, plain_kernel_s
+from .kernel_cost import kernel_flags, plain_kernel_parts, plain_kernel_s
 
 FACTORS = tuple(f.name for f in fields(KernelCosts) if f.name != "barrier_s")
 BARRIER_GRID_S = (0.0, 0.5e-6, 1e-6, 2e-6, 4e-6, 8e-6, 16e-6, 32e-6, 64e-6)
@@ -60,11 +61,15 @@ def fit_kernel_costs(samples: list[KernelSample], dev: DeviceSpec, item: int = 4
     flags = [_flags(s, item, dev) for s in samples]
     used = [f for f in FACTORS if 0 < sum(fl[f] for fl in flags) < len(samples)]
     x = np.array([[1.0] + [float(fl[f]) for f in used] for fl in flags])
-    measured = np.log([max(s.seconds, 1e-12) for s in samples])
+    # the traffic (no rate or factor in it) off each measurement, never below a tenth of it
+    rest = [plain_kernel_parts(*s.shape, s.params, item, dev)[1] for s in samples]
+    measured = np.log([max(s.seconds - r, 0.1 * s.seconds, 1e-12)
+                       for s, r in zip(samples, rest)])
     best = None
     for barrier in BARRIER_GRID_S:
         d0 = replace(dev, kernel_flops=rate0, kernel=KernelCosts(barrier_s=barrier))
-        y = measured - np.log([plain_kernel_s(*s.shape, s.params, item, d0) for s in samples])
+        y = measured - np.log([plain_kernel_parts(*s.shape, s.params, item, d0)[0]
+                               for s in samples])
         coef = np.linalg.lstsq(x, y, rcond=None)[0]
         rss = float(np.sum((y - x @ coef) ** 2))
         if best is None or rss < best[0]:
@@ -75,10 +80,11 @@ def fit_kernel_costs(samples: list[KernelSample], dev: DeviceSpec, item: int = 4
     costs = KernelCosts(barrier_s=barrier, **factors)
     rate = rate0 / math.exp(coef[0])
     fitted = replace(dev, kernel_flops=rate, kernel=costs)
-    after = measured - np.log([plain_kernel_s(*s.shape, s.params, item, fitted)
-                               for s in samples])
+    seconds = np.log([max(s.seconds, 1e-12) for s in samples])
+    after = seconds - np.log([plain_kernel_s(*s.shape, s.params, item, fitted)
+                              for s in samples])
     d0 = replace(dev, kernel_flops=rate0, kernel=KernelCosts())
-    y0 = measured - np.log([plain_kernel_s(*s.shape, s.params, item, d0) for s in samples])
+    y0 = seconds - np.log([plain_kernel_s(*s.shape, s.params, item, d0) for s in samples])
     before = y0 - np.mean(y0)
     return KernelFit(rate, costs, float(np.sqrt(np.mean(before ** 2))),
                      float(np.sqrt(np.mean(after ** 2))), len(samples))

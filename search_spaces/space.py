@@ -43,7 +43,8 @@ from .workload import Workload
 # 5: sibling contractions stacked into one library GEMM (the stack:ANCHOR parameters,
 #    Candidate.stacks, search_spaces.siblings).
 # 6: a stack of some of the stackable siblings (the stack:ANCHOR:MEMBER parameters).
-SPACE_VERSION = "6"
+# 7: pairs in the kernel (a second fuse:p2->c into a kernel epilogue, kernel_fusion.pair_of).
+SPACE_VERSION = "7"
 UNSPLIT = "none"          # the order:STMT answer that leaves the statement as written
 Choose = Callable[[str, Sequence], object]
 

@@ -24,7 +24,9 @@ from db.store import default_db_path
 # 2: + GEMM shape classes, access patterns, function costs, launch/region/thread/library call
 # 3: + the generated kernel's rate and parameter factors (kernel_flops, kernel)
 # 4: + the loop groups' per-tile overhead (tile_overhead_s)
-CALIBRATION_VERSION = 4
+# 5: the kernel's rate and factors fitted with its traffic added to its arithmetic
+#    (costmodel.kernel_cost.plain_kernel_s), not overlapped
+CALIBRATION_VERSION = 5
 CALIBRATION_FILE = "calibration-cpu.json"
 DEFAULT_GEMM_N = 2048
 DEFAULT_COPY_MB = 256
