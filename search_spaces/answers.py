@@ -37,7 +37,7 @@ def params_of(space: SearchSpace, cand: Candidate) -> dict[str, object] | None:
             else:                   # is any of its sibling set stacked
                 sib = next(s for s in space.siblings if s.anchor == anchor)
                 val = int(any(set(st) <= set(sib.members) for st in cand.stacks))
-        elif kind == "fuse":
+        elif kind in ("fuse", "pair"):
             p, c = rest.split("->")
             val = int((p, c) in fused)
         elif kind == "layout":

@@ -73,8 +73,10 @@ def ask_kernel_fusions(w: Workload, edges, forbid, force, impl: dict[str, str],
                        choose: Choose) -> list[tuple[str, str]]:
     """The fused edges of kernel groups (:mod:`search_spaces.kernel_fusion`): ``fuse:p->c``
     asked (or forced) for every kernel contraction ``p`` and consumer ``c`` that may be its
-    epilogue, and with it ``fuse:p2->c`` for every other kernel contraction ``p2`` that may
-    join ``p`` as a pair (:func:`~search_spaces.kernel_fusion.pair_of`); then ``fuse:q->p`` for
+    epilogue, and with it ``pair:p2->c`` for every other kernel contraction ``p2`` that may
+    join ``p`` as a pair (:func:`~search_spaces.kernel_fusion.pair_of`: a question of its own,
+    so that turning the epilogue on opens it, and a search that judges a change with the
+    questions it opens sees the pair); then ``fuse:q->p`` for
     every producer ``q`` that may be the prologue of a contraction in no pair.  An op joins
     one kernel group at most (the first edge in edge order that says yes), and none where a
     forced edge outside the group touches it (the loop fusion it asks for wins)."""
@@ -105,12 +107,13 @@ def ask_kernel_fusions(w: Workload, edges, forbid, force, impl: dict[str, str],
 
 def _ask_pair(w, p, c, edges, forbid, force, impl, taken, outside_force, choose) -> str:
     """The second contraction of a pair with ``p`` under epilogue ``c`` ("" for none): each
-    legal one asked ``fuse:p2->c`` in edge order until one says yes."""
+    legal one asked ``pair:p2->c`` in edge order until one says yes (a forced ``p2->c``
+    needs no asking)."""
     for p2, c2 in edges:
         if c2 != c or p2 in taken or impl.get(p2) != IMPL_KERNEL or (p2, c) in forbid \
                 or outside_force(p2, (p2, c)) or pair_of(w, *_in_read_order(w, p, p2, c), c) is None:
             continue
-        if (p2, c) in force or choose(f"fuse:{p2}->{c}", [0, 1]):
+        if (p2, c) in force or choose(f"pair:{p2}->{c}", [0, 1]):
             return p2
     return ""
 

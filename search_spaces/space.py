@@ -43,7 +43,8 @@ from .workload import Workload
 # 5: sibling contractions stacked into one library GEMM (the stack:ANCHOR parameters,
 #    Candidate.stacks, search_spaces.siblings).
 # 6: a stack of some of the stackable siblings (the stack:ANCHOR:MEMBER parameters).
-# 7: pairs in the kernel (a second fuse:p2->c into a kernel epilogue, kernel_fusion.pair_of).
+# 7: pairs in the kernel (pair:p2->c, a second contraction into a kernel epilogue,
+#    kernel_fusion.pair_of).
 SPACE_VERSION = "7"
 UNSPLIT = "none"          # the order:STMT answer that leaves the statement as written
 Choose = Callable[[str, Sequence], object]
@@ -145,7 +146,7 @@ class SearchSpace:
             return [0, 1] if rest in self.chains else None
         if kind == "chain_block":
             return self.chain_blocks(rest) if rest in self.chains else None
-        if kind == "fuse":
+        if kind in ("fuse", "pair"):
             return [0, 1] if tuple(rest.split("->")) in self.edges else None
         if kind == "stack":
             return [0, 1] if any(s.anchor == rest for s in self.siblings) else None

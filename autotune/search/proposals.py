@@ -115,7 +115,10 @@ def settle_opened(space, score: Correct, c: Candidate, params: dict, opts: dict,
     siblings join a stack once it is on) answered at their best by ``score``, one at a time:
     their defaults alone can make the change look worse than it is (attention's batched
     scores: the kernel split over rows ran 0.9 ms, over the batch 0.33 ms, against 0.6 ms for
-    the library; trimul's five projections stacked are priced over four of them stacked)."""
+    the library; trimul's five projections stacked are priced over four of them stacked).
+    An answer is judged with the questions it opens in turn settled the same way: a kernel
+    epilogue alone can price worse than none while the pair it opens prices better than both
+    (trimul's gate as ga's epilogue reads pa back; with pa as its pair it reads nothing)."""
     fresh = sorted(set(opts) - set(before))
     while fresh:
         name = fresh.pop(0)
@@ -123,6 +126,8 @@ def settle_opened(space, score: Correct, c: Candidate, params: dict, opts: dict,
             if o == params.get(name):
                 continue
             c2, p2, o2 = build_with_defaults(space, {**params, name: o})
+            if set(o2) - set(opts):
+                c2, p2, o2 = settle_opened(space, score, c2, p2, o2, opts)
             if score(c2) < score(c) * (1 - 1e-6):
                 c, params = c2, p2
                 fresh += sorted(set(o2) - set(opts) - set(fresh))

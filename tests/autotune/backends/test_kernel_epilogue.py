@@ -31,9 +31,11 @@ def space_of(w) -> SearchSpace:
     return SearchSpace(w, backend_kind("cpu").tile_bounds)
 
 
-def kernel_plan(space: SearchSpace, seed: int | None, fuse=lambda edge: 1) -> Candidate:
-    """GEMM-shaped contractions on the kernel, ``fuse(edge)`` answering every fusion, every
-    other choice random (the first option for ``seed`` None)."""
+def kernel_plan(space: SearchSpace, seed: int | None, fuse=lambda edge: 1,
+                pair=lambda edge: 0) -> Candidate:
+    """GEMM-shaped contractions on the kernel, ``fuse(edge)`` answering every fusion and
+    ``pair(edge)`` every pair (none by default: test_kernel_pair's subject), every other
+    choice random (the first option for ``seed`` None)."""
     rng = np.random.default_rng(seed) if seed is not None else None
 
     def choose(name, opts):
@@ -41,6 +43,8 @@ def kernel_plan(space: SearchSpace, seed: int | None, fuse=lambda edge: 1) -> Ca
             return IMPL_KERNEL
         if name.startswith("fuse:"):
             return fuse(name.split("@")[0][5:])
+        if name.startswith("pair:"):
+            return pair(name.split("@")[0][5:])
         return opts[int(rng.integers(len(opts)))] if rng is not None else opts[0]
     return space.build(choose)
 

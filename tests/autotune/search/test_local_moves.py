@@ -49,3 +49,33 @@ def test_the_neighbour_is_the_best_unseen_flip_then_the_next():
     second = neighbour(w, space, None, params, rng, {cand_first.key}, correct=_score,
                        flips=flips)
     assert second != first and flips.of(space, params, _score) is moves
+
+
+def test_an_answer_is_judged_with_the_questions_it_opens_settled():
+    """A kernel epilogue alone scores worse than none, the pair it opens better than both:
+    turning ga to the kernel opens its epilogue question, whose yes opens pair:pa->a in turn;
+    the epilogue is judged with the pair settled, so the move finds the pair (judged on its
+    own, the epilogue would be rejected and the pair never seen)."""
+    from autotune.backends.factory import backend_kind
+    from search_spaces.kernel_fusion import kernel_parts
+    w = load_workload("trimul_outgoing", {"N": 8, "C": 4})
+    space = SearchSpace(w, backend_kind("cpu").tile_bounds)
+
+    def pairs(cand):
+        return {kernel_parts(w, cand.fused_pairs, s.anchor).pair for s in cand.schedules
+                if s.impl == "kernel"} - {""}
+
+    def score(cand) -> float:
+        epilogues = sum(1 for s in cand.schedules if s.impl == "kernel"
+                        and kernel_parts(w, cand.fused_pairs, s.anchor).epilogue)
+        return 1.0 + 0.1 * epilogues - 0.3 * len(pairs(cand))
+
+    def choose(name, opts):
+        if name.startswith("impl:") and "kernel" in opts:
+            return "library" if name == "impl:ga" else "kernel"
+        return 0 if name.startswith(("fuse:", "pair:")) else opts[0]
+    params = params_of(space, space.build(choose))
+    assert params is not None and params["impl:ga"] == "library" and "fuse:ga->a" not in params
+    flipped = [cand for cand, used in single_flips(space, params, score)
+               if used["impl:ga"] == "kernel"]
+    assert len(flipped) == 1 and pairs(flipped[0]) == {"pa"}
