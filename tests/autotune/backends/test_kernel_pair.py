@@ -92,7 +92,7 @@ def test_pairs_run_verified(small, name, kdir):
     w = shared_b() if name == "shared_b" else small(name)
     space = space_of(w)
     seen = set()
-    for seed in range(4):
+    for seed in range(2):        # (seeds 0 and 1 take both orientations on all three)
         cand = kernel_plan(space, seed, pair=lambda e: 1)
         assert pairs_of(w, cand)
         run_checked(w, cand, kdir, seed)

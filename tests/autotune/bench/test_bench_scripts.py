@@ -55,8 +55,8 @@ def test_alignment_bench_times_both_placements(tmp_path):
 def test_cpu_trimul_bench_then_search_record(tmp_path):
     """cpu_trimul.py searches (no plan cached yet) and times the contenders; search_record.py
     then summarises the search it left in the database."""
-    r = run_script("cpu_trimul.py", "--dims", "N=12,C=8", "--rounds", "1", "--greedy-timeout",
-                   "0", "--search-budget", "3", "--peers", "", "--out", str(tmp_path / "bench"),
+    r = run_script("cpu_trimul.py", "--dims", "N=8,C=4", "--rounds", "1", "--greedy-timeout",
+                   "0", "--search-budget", "2", "--peers", "", "--out", str(tmp_path / "bench"),
                    tmp_path=tmp_path)
     d = only_json(tmp_path / "bench")
     for name in ("best", "heuristic", "unfused"):
@@ -65,7 +65,7 @@ def test_cpu_trimul_bench_then_search_record(tmp_path):
     assert d["floor"]["floor_s"] > 0 and "best plan:" in r.stdout
 
     run_script("search_record.py", "--db", str(tmp_path / "plans.sqlite"), "--wall", "9.5",
-               "--command", "autotune search --budget 3", "--how-run", "a test",
+               "--command", "autotune search --budget 2", "--how-run", "a test",
                "--out", str(tmp_path / "out"), tmp_path=tmp_path)
     rec = only_json(tmp_path / "out")
     assert rec["best_candidate"]["schedules"]
@@ -102,3 +102,14 @@ def test_pool_efficiency_says_in_one_line_when_the_space_is_too_large(tmp_path, 
     msg = str(e.value.code)
     assert msg.startswith("gelu_mlp: more than 10 answer sets") and "[space] table" in msg, msg
     assert "\n" not in msg
+
+
+def test_pairs_bench_times_the_pair_against_its_split_and_the_heuristic(tmp_path):
+    run_script("pairs.py", "trimul_outgoing", "--dims", "N=32,C=16", "--rounds", "1",
+               "--out", str(tmp_path / "out"), tmp_path=tmp_path)
+    d = only_json(tmp_path / "out")
+    assert set(d["median"]) == {"pair", "split", "heuristic"}
+    assert d["pairs"] and all(len(m) == 3 for m in d["pairs"].values())   # two + the epilogue
+    assert all(m["total_s"] > 0 and 0 < m["pair_ops_s"] <= m["total_s"]
+               for m in d["median"].values())
+    assert d["candidates"]["pair"] != d["candidates"]["split"]
