@@ -227,7 +227,8 @@ class CompiledPlan:
             return
         raws = self._blocks
         self.storage, self.logical, self._last_out, self._raw = {}, {}, {}, {}
-        self.stacks, self._blocks = {}, []
+        # (the kernel groups keep views of the buffers between calls: dropped first)
+        self.stacks, self._blocks, self.kernel_groups = {}, [], {}
         self._pool.give([b for b in raws if not held(b)])
 
     def __call__(self, **inputs: np.ndarray) -> dict[str, np.ndarray]:

@@ -151,13 +151,15 @@ def kernel_transforms(w: Workload, parts: KernelParts, layout_of
 
 
 def transform_arrays(w: Workload, extras: tuple[tuple[FusionSite, TransformOperand], ...], env,
-                     stage: Staging | None = None, tag: str = "") -> tuple[np.ndarray, ...]:
+                     stage: Staging | None = None, tag: str = "",
+                     copied: list | None = None) -> tuple[np.ndarray, ...]:
     """Each extra array of ``env`` (tensor name -> logical array) as a 3-d array over its
     site's index groups: a strided view, broadcast where the tensor lacks an index, or a copy
     where its storage nests a group's indices otherwise than row-major (into ``stage``'s kept
     matrix, copied over the cores, where there is a stage: a fresh single-threaded copy of
     trimul's ga[i,k,c] stored channel-first, 252 MB, made its epilogue group 1.29 s where
-    the model priced 0.28 s with the copy at the cores' transposing rate)."""
+    the model priced 0.28 s with the copy at the cores' transposing rate).  ``copied``: a
+    list that gets the name of each tensor copied rather than viewed."""
     out = []
     for n, (site, o) in enumerate(extras):
         op = w.op(site.contraction)
@@ -175,6 +177,8 @@ def transform_arrays(w: Workload, extras: tuple[tuple[FusionSite, TransformOpera
         try:
             view.shape = shape3
         except AttributeError:
+            if copied is not None:
+                copied.append(o.tensor)
             if stage is None:
                 view = np.ascontiguousarray(full).reshape(shape3)
             else:
