@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 
 from search_spaces.candidate import IMPL_KERNEL
-from search_spaces.kernel_fusion import group_strides, kernel_parts
+from search_spaces.kernel_fusion import group_strides, kernel_parts, pair_operands
 from search_spaces.gemm import as_matrix_view, gemm_form, operand_groups
 from search_spaces.ir import accesses
 from search_spaces.kernel import OUTER_A, SPLIT_BATCH, KernelParams, pair_params
@@ -71,9 +71,7 @@ def kernel_operands(w, fused, anchor: str, layout_of, item: int):
                         "e", size(go), layout_of, item)
     if parts.pair:
         # the second's non-shared operand, read with the first's (interleaved beforehand)
-        shared = parts.epilogue.shared
-        f2 = gemm_form(w.op(parts.pair))
-        other, role = (f2.b, "b") if shared == "a" else (f2.a, "a")
+        _, other, role = pair_operands(w, parts.epilogue)
         rows.append((other.tensor, math.prod(w.shapes[other.tensor]) * item, role, 0.0))
     return parts, rows
 
@@ -83,9 +81,8 @@ def pair_copy_bytes(w, parts, item: int) -> float:
     the interleaved one written)."""
     if not parts.pair:
         return 0.0
-    tensors = [(f.b if parts.epilogue.shared == "a" else f.a).tensor
-               for f in (gemm_form(w.op(parts.contraction)), gemm_form(w.op(parts.pair)))]
-    return 2.0 * sum(math.prod(w.shapes[t]) * item for t in tensors)
+    first, second, _ = pair_operands(w, parts.epilogue)
+    return 2.0 * sum(math.prod(w.shapes[x.tensor]) * item for x in (first, second))
 
 
 def _row(w, tensor, idx, grp, role, layout_of, item):

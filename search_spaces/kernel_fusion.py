@@ -29,8 +29,9 @@ each, they read the same tensor at the same positions as one operand (the *share
 other operands are distinct tensors of one shape read at the same positions, and their scales
 and extents agree (:func:`pair_of`).  Prologues are not taken into a pair.
 
-The fused edges ``q->p`` and ``p->c`` (and ``p2->c``) make one group of these ops (anchored at ``c``, or at
-``p`` without an epilogue) whose schedule has impl ``kernel`` and the parameters asked for ``p``.
+The fused edges ``q->p`` and ``p->c`` (and ``p2->c``) make one group of these ops (anchored at
+``c``, or at ``p`` without an epilogue) whose schedule has impl ``kernel`` and the parameters
+asked for ``p``.
 """
 from __future__ import annotations
 
@@ -152,6 +153,14 @@ def pair_of(w: Workload, p: str, p2: str, c: str) -> Epilogue | None:
             continue
         return Epilogue(p, c, e1.read, p2, e2.read, shared)
     return None
+
+
+def pair_operands(w: Workload, epi: Epilogue):
+    """A pair's two non-shared operands (the first contraction's read, the second's) and
+    their role in the GemmForm ("a" or "b"): what the executor interleaves."""
+    role = "b" if epi.shared == "a" else "a"
+    f1, f2 = gemm_form(w.op(epi.contraction)), gemm_form(w.op(epi.pair))
+    return getattr(f1, role), getattr(f2, role), role
 
 
 def prologue_of(w: Workload, q: str, p: str) -> Prologue | None:

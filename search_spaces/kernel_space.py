@@ -95,7 +95,6 @@ def ask_kernel_fusions(w: Workload, edges, forbid, force, impl: dict[str, str],
                 out.append((p, c))
                 taken.add(other)
                 if epilogue:
-                    taken.add(p)
                     pair = _ask_pair(w, p, c, edges, forbid, force, impl, taken,
                                      outside_force, choose)
                     if pair:
@@ -111,7 +110,8 @@ def _ask_pair(w, p, c, edges, forbid, force, impl, taken, outside_force, choose)
     needs no asking)."""
     for p2, c2 in edges:
         if c2 != c or p2 in taken or impl.get(p2) != IMPL_KERNEL or (p2, c) in forbid \
-                or outside_force(p2, (p2, c)) or pair_of(w, *_in_read_order(w, p, p2, c), c) is None:
+                or outside_force(p2, (p2, c)) \
+                or pair_of(w, *_in_read_order(w, p, p2, c), c) is None:   # (None for p2 = p)
             continue
         if (p2, c) in force or choose(f"pair:{p2}->{c}", [0, 1]):
             return p2

@@ -121,7 +121,8 @@ def transform_code(w: Workload, site: FusionSite, is_value: Callable[[Access], b
         raise ValueError(f"{site.op}: the kernel cannot evaluate {e!r} in a fusion")
 
     c = text(op.expr).replace("{", "{{").replace("}", "}}")
-    c = c.replace(_X, "{x}").replace(_Y, "{y}").replace(_R, "{" + site.rows + "}").replace(_C, "{" + site.cols + "}")
+    c = c.replace(_X, "{x}").replace(_Y, "{y}")
+    c = c.replace(_R, "{" + site.rows + "}").replace(_C, "{" + site.cols + "}")
     ops = tuple(operands.values())
     return Transform(c, tuple(o.arg for o in ops)), ops
 

@@ -10,7 +10,7 @@ import functools
 import numpy as np
 
 from search_spaces.candidate import Candidate
-from search_spaces.kernel_fusion import kernel_parts
+from search_spaces.kernel_fusion import kernel_parts, pair_operands
 from search_spaces.gemm import gemm_form
 from search_spaces.workload import Workload
 
@@ -101,11 +101,7 @@ class KernelGroup:
         # a pair: the second contraction's operand that is not shared, in the first's index
         # names (pair_of checked that it sits at the same positions), interleaved with the
         # first's along the paired axis on each call
-        self.second = None
-        if parts.pair:
-            epi = parts.epilogue
-            f2 = gemm_form(w.op(parts.pair))
-            self.second = (f2.b if epi.shared == "a" else f2.a).tensor
+        self.second = pair_operands(w, parts.epilogue)[1].tensor if parts.pair else None
 
     def __call__(self, env: dict[str, np.ndarray]) -> None:
         f = self.form
