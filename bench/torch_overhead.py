@@ -12,7 +12,8 @@ every round), medians compared:
    bound form with the activations only.  The differences are what the torch path adds per call
    (the custom op's dispatch, the checks, the tensor <-> array views).
 2. end to end with the real plan (the one the database gives for these dims, else the heuristic
-   one): bare plan, torch function, bound torch function.  On a shared machine the plan's own
+   one): bare plan, the bare plan bound (what binding prepares: autotune.backends.bound), torch
+   function, bound torch function.  On a shared machine the plan's own
    run-to-run noise is larger than the overhead; part 1 is the measurement, part 2 the context.
 
 Every torch result is checked against the bare plan's before timing.  The JSON record (command,
@@ -76,6 +77,12 @@ class Stub:
     def __call__(self, **inputs):
         return dict(self.outs)
 
+    def bind(self, params):
+        return self              # nothing to prepare
+
+    def run(self, inputs):
+        return dict(self.outs)
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -124,7 +131,11 @@ def main() -> None:
     for got in (fn(**tx), layer(**acts)):
         np.testing.assert_allclose(got["out"].numpy(), want["out"], rtol=1e-5, atol=1e-6)
     calls = max(3, int(0.05 / max(1e-6, per_call_us(plan, x, 3) / 1e6)))
-    full = interleaved({"bare": (plan, x), "torch": (fn, tx), "torch_bound": (layer, acts)},
+    bare_bound = plan.bind({n: x[n] for n in w.params})
+    np.testing.assert_allclose(bare_bound(**{n: x[n] for n in w.activations})["out"],
+                               want["out"], rtol=1e-5, atol=1e-6)
+    full = interleaved({"bare": (plan, x), "torch": (fn, tx), "torch_bound": (layer, acts),
+                        "bare_bound": (bare_bound, {n: x[n] for n in w.activations})},
                        args.rounds, calls)
 
     base = alone["bare"]["median_us"]
@@ -151,8 +162,9 @@ def main() -> None:
         print(f"  overhead {k:<12} {record['overhead_us'][k]:7.1f} us median, "
               f"{record['overhead_min_us'][k]:.1f} us fastest round  (stub plan: bare "
               f"{base:.1f} us, {k} {alone[k]['median_us']:.1f} us)")
-    print(f"  real plan: bare {full['bare']['median_us']:.0f} us, torch "
-          f"{full['torch']['median_us']:.0f} us, bound {full['torch_bound']['median_us']:.0f} us")
+    print(f"  real plan: bare {full['bare']['median_us']:.0f} us, bare bound "
+          f"{full['bare_bound']['median_us']:.0f} us, torch {full['torch']['median_us']:.0f} us, "
+          f"torch bound {full['torch_bound']['median_us']:.0f} us")
     print(f"  -> {path}")
 
 

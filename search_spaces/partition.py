@@ -126,3 +126,22 @@ def repair(w: Workload, wanted: list[tuple[str, str]], forced: list[tuple[str, s
         if check_partition(w, trial) is None:
             fused = trial
     return fused
+
+
+def constant_groups(w: Workload, ordered: list[Group], frozen: set[str] | frozenset[str],
+                    exclude: set[str] | frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """Anchors of the groups of ``ordered`` (in run order) that read only ``frozen`` inputs or
+    what other such groups compute, and compute no program output: what a plan whose inputs
+    ``frozen`` are bound may run once, at binding, instead of on every call (a weight scaled
+    by another, a sum of bound biases).  Groups anchored in ``exclude`` are never constant,
+    nor is anything that reads them."""
+    const = set(frozen)
+    out = []
+    for g in ordered:
+        members = set(g.members)
+        reads = {t for m in g.members for t in w.op(m).inputs()} - members
+        if g.anchor in exclude or members & set(w.outputs) or not reads <= const:
+            continue
+        const |= members
+        out.append(g.anchor)
+    return tuple(out)

@@ -26,6 +26,7 @@ from search_spaces.candidate import Candidate
 from search_spaces.space import TileBounds
 from search_spaces.workload import Workload
 
+from autotune.backends.bound import BoundPlan
 from autotune.backends.buffers import BufferPool
 from autotune.backends.load import LoadWatch
 from autotune.environment import Environment
@@ -234,6 +235,11 @@ class Plan(Protocol):
 
     def release(self) -> None:
         """Give back what the plan holds (buffers to its pool); it is unusable afterwards."""
+        ...
+
+    def bind(self, params: Mapping[str, Any]) -> "BoundPlan":
+        """The plan with ``params`` (some of its inputs, a model's weights) bound: what depends
+        only on them is prepared once (:mod:`autotune.backends.bound`)."""
         ...
 
 

@@ -55,8 +55,10 @@ class PlanFunction:
     def __call__(self, **inputs: Any) -> dict[str, Any]:
         return self.run(inputs)
 
-    def run(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
-        """The outputs for ``inputs`` (every input by name)."""
+    def run(self, inputs: Mapping[str, Any], binding: "BoundFunction | None" = None
+            ) -> dict[str, Any]:
+        """The outputs for ``inputs`` (every input by name); ``binding``: the bound function
+        whose parameters are among them, so the plan runs with what it prepared for them."""
         try:
             key = tuple(inputs[n].shape for n in self.names)
         except KeyError:
@@ -69,6 +71,11 @@ class PlanFunction:
                 raise DTypeError(f"{self.w.name}: input {n!r} is {inputs[n].dtype}, the workload "
                                  f"takes {self.dtype} (convert it once, outside the call)")
         plan = self._plans.get(key) or self.plan({n: inputs[n].shape for n in self.names})
+        if binding is not None:
+            plan = binding.bound_plan(plan)
+            if self.kind == "cuda":
+                return {o: a.copy() for o, a in plan.run_device(inputs).items()}
+            return plan.run(inputs)
         if self.kind == "cuda":
             return {o: a.copy() for o, a in plan.run_device(**inputs).items()}
         return plan(**inputs)
@@ -81,7 +88,10 @@ class PlanFunction:
 class BoundFunction:
     """A :class:`PlanFunction` with the workload's parameters bound once: each one checked
     against the workload's shapes and made contiguous in its dtype on the plan's device here,
-    so a call passes (and converts) only the activations."""
+    so a call passes (and converts) only the activations; each plan it runs (one per shape)
+    is bound to them on first use, and prepares what depends only on them then (its
+    ``bind``: groups computing from parameters alone run once, stacked or interleaved
+    weights are built once)."""
 
     def __init__(self, fn: PlanFunction, params: Mapping[str, Any]):
         w = fn.w
@@ -98,11 +108,19 @@ class BoundFunction:
         self.fn, self.w = fn, w
         self.params = {n: xp.ascontiguousarray(params[n]) for n in w.params}
         self.names = w.activations
+        self._bound: dict[int, tuple[Plan, Any]] = {}    # id(plan) -> (plan, its binding)
 
     def __call__(self, **activations: Any) -> dict[str, Any]:
         if len(activations) != len(self.names) or any(n in self.params for n in activations):
             check_names(self.w, list(activations), self.names)
-        return self.fn.run({**activations, **self.params})
+        return self.fn.run({**activations, **self.params}, self)
+
+    def bound_plan(self, plan: Plan):
+        """``plan`` bound to these parameters (made on the first call that runs it)."""
+        got = self._bound.get(id(plan))
+        if got is None:
+            got = self._bound[id(plan)] = (plan, plan.bind(self.params))
+        return got[1]
 
 
 def _cupy():

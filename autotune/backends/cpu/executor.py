@@ -7,23 +7,16 @@ unless the caller dropped the previous result, so results a caller holds are nev
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import functools
-import hashlib
-import os
-import subprocess
 import sys
-import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
 from search_spaces.candidate import IMPL_KERNEL, IMPL_LIBRARY, Candidate
 from search_spaces.gemm import gemm_form
-from search_spaces.partition import groups, materialized
+from search_spaces.partition import Group, groups, materialized
 from search_spaces.rewrite import rewritten
 from search_spaces.workload import Workload
 
@@ -31,14 +24,16 @@ from autotune import threads
 from autotune.backends.base import (WARM_UP_S, Arrays, BufferPool, Cutoff, group_medians,
                                     timed_runs, warm_up)
 from autotune.backends.buffers import aligned_empty, held, owner_refs
+from autotune.backends.cpu.binding import CpuBoundPlan, Prepared, derived
 from autotune.backends.cpu.codegen import generate_units
-from autotune.backends.cpu.gemm_call import GemmKernel, kernel_spec
+from autotune.backends.cpu.compiler import (  # noqa: F401  (the names callers import here)
+    CFLAGS, LIBMVEC_TANH, CompileError, _libmvec_flags, compile_all, compile_source,
+    load_gemm_kernel)
+from autotune.backends.cpu.gemm_call import kernel_spec
 from autotune.backends.cpu.gemm_driver import kernel_source
-from autotune.backends.cpu.gemm_kernel import KernelSpec
 from autotune.backends.cpu.kernel_group import KernelGroup, as3, blasable, view3
 from autotune.backends.cpu.stacked import StackedGemm
 from autotune.backends.cpu.staging import Staging
-from autotune.threads import cores
 
 
 # A checked first call shorter than this is followed by one more before any sample is taken
@@ -54,85 +49,6 @@ STAGED_SHARE = 0.01
 
 
 threads.warn_if_late()     # the settings the plans need came too late for a runtime
-
-# -ffast-math lets reductions vectorise; -fno-finite-math-only keeps -INFINITY (max= init) and
-# NaN outputs meaningful, so verification still sees them.
-CFLAGS = ["-O3", "-march=native", "-fopenmp", "-ffast-math", "-fno-finite-math-only",
-          "-fPIC", "-shared"]
-
-
-@functools.lru_cache(maxsize=1)
-def _libmvec_flags() -> list[str]:
-    """glibc's vector math library, when present: vectorised expf/logf in generated loops, and
-    tanhf/tanh where it has them (glibc >= 2.35: a scalar tanhf costs 13 ns here, the tanh of
-    gelu_mlp's GELU ~40 % of its best plans; a declaration the library lacks would leave the
-    kernel with an undefined symbol)."""
-    name = ctypes.util.find_library("mvec")
-    if not name:
-        return []
-    flags = ["-DAUTOTUNE_LIBMVEC", "-lmvec"]
-    try:
-        lib = ctypes.CDLL(name)
-        if all(hasattr(lib, sym) for sym in LIBMVEC_TANH):
-            flags.insert(1, "-DAUTOTUNE_LIBMVEC_TANH")
-    except OSError:
-        pass
-    return flags
-
-
-# the vector variants of tanhf and tanh that the declaration lets GCC call (x86-64 vector ABI:
-# b SSE4, c AVX, d AVX2, e AVX-512; then the lanes and "v", one vector argument)
-LIBMVEC_TANH = ("_ZGVbN4v_tanhf", "_ZGVcN8v_tanhf", "_ZGVdN8v_tanhf", "_ZGVeN16v_tanhf",
-                "_ZGVbN2v_tanh", "_ZGVcN4v_tanh", "_ZGVdN4v_tanh", "_ZGVeN8v_tanh")
-
-
-class CompileError(RuntimeError):
-    """The C compiler rejected generated source (a bug in codegen, reported as trial failure)."""
-
-
-def compile_source(src: str, cache_dir: Path, cc: str = "cc") -> Path:
-    """Compile ``src`` to a shared library, cached by the hash of source and flags."""
-    flags = " ".join(CFLAGS + _libmvec_flags())
-    digest = hashlib.sha256((src + flags + cc).encode()).hexdigest()[:24]
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    lib = cache_dir / f"k_{digest}.so"
-    if lib.exists():
-        return lib
-    with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
-        c_path = Path(tmp) / "k.c"
-        c_path.write_text(src)
-        out = Path(tmp) / "k.so"
-        proc = subprocess.run([cc, *CFLAGS, str(c_path), "-o", str(out), *_libmvec_flags(),
-                               "-lm"],
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            first = next((l for l in proc.stderr.splitlines() if "error" in l), proc.stderr[:300])
-            raise CompileError(f"cc failed: {first.strip()}")
-        os.replace(out, lib)  # atomic: concurrent searches never load a half-written library
-    return lib
-
-
-def compile_all(srcs: list[str], cache_dir: Path, jobs: int | None = None) -> list[Path]:
-    """:func:`compile_source` of each source, one compiler per core at a time: a plan's groups
-    are separate translation units, and a candidate with generated kernels spent 4-5 s of its
-    trial compiling them one after the other at N=702 (seven kernels of 0.5-1 s each, 2 cores;
-    the worker compiles before it times anything, so the cores are free)."""
-    todo = list(dict.fromkeys(srcs))
-    jobs = jobs or cores()
-    if len(todo) <= 1 or jobs <= 1:
-        done = {src: compile_source(src, cache_dir) for src in todo}
-    else:
-        with ThreadPoolExecutor(min(jobs, len(todo))) as ex:
-            done = dict(zip(todo, ex.map(lambda src: compile_source(src, cache_dir), todo)))
-    return [done[src] for src in srcs]
-
-
-@functools.lru_cache(maxsize=64)
-def load_gemm_kernel(spec: KernelSpec, cache_dir: str) -> GemmKernel:
-    """The generated contraction kernel for ``spec``, compiled (cached on disk by its source)
-    and loaded once per process."""
-    return GemmKernel(spec, compile_source(kernel_source(spec), Path(cache_dir)))
-
 
 def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``np.matmul`` of (batch, m, k) by (batch, k, n), with a batch of one passed as plain
@@ -180,7 +96,7 @@ class CompiledPlan:
                        for s in cand.schedules if s.impl == IMPL_LIBRARY}
         self._last_groups: tuple[float, ...] = ()
         self._profile: dict[str, float] = {}
-        mats = materialized(w, cand.fused_pairs)
+        self.materialized = mats = materialized(w, cand.fused_pairs)
         self.storage: dict[str, np.ndarray] = {}
         self._last_out: dict[str, np.ndarray] = {}
         self.logical: dict[str, np.ndarray] = {}
@@ -232,6 +148,21 @@ class CompiledPlan:
         self._pool.give([b for b in raws if not held(b)])
 
     def __call__(self, **inputs: np.ndarray) -> dict[str, np.ndarray]:
+        return self.run(inputs)
+
+    def bind(self, params: Mapping[str, np.ndarray]) -> CpuBoundPlan:
+        """This plan with ``params`` (some of its inputs) bound: what depends only on them is
+        prepared once (:mod:`autotune.backends.cpu.binding`)."""
+        return CpuBoundPlan(self, params)
+
+    def unfoldable(self) -> set[str]:
+        """Groups a binding never runs ahead: a stack's members run as one GEMM."""
+        return {m for s in self.cand.stacks for m in s}
+
+    def run(self, inputs: Mapping[str, np.ndarray], prep: Prepared | None = None
+            ) -> dict[str, np.ndarray]:
+        """The outputs for ``inputs``; ``prep``: what a binding prepared (its constant groups'
+        arrays, skipped here, and its derived operands)."""
         w = self.w
         env = dict(self.logical)
         storage = dict(self.storage)
@@ -242,6 +173,9 @@ class CompiledPlan:
             if a.shape != shp:
                 raise ValueError(f"input {n!r} has shape {a.shape}, expected {shp}")
             env[n] = storage[n] = a
+        if prep is not None and prep.skip:
+            env.update(prep.logical)
+            storage.update(prep.storage)
         outs = {}
         for o in w.outputs:
             prev = self._last_out.get(o)
@@ -259,22 +193,28 @@ class CompiledPlan:
         # against groups of tens of microseconds and more)
         clock = time.perf_counter
         stamps = [clock()]
+        skip = prep.skip if prep is not None else ()
         for g in self.groups:
-            if g.anchor in self.stacks:
-                self.stacks[g.anchor](env)
-            elif g.anchor in self._skipped:
-                pass
-            elif self.cand.schedule(g.anchor).impl == IMPL_LIBRARY:
-                self._gemm(g.anchor, env)
-            elif self.cand.schedule(g.anchor).impl == IMPL_KERNEL:
-                self.kernel_groups[g.anchor](env)
-            else:
-                k = self.kernels[g.anchor]
-                ptrs = (ctypes.c_void_p * len(k.args))(*[storage[t].ctypes.data for t in k.args])
-                self.fns[g.anchor](ptrs)
+            if g.anchor not in skip:
+                self.run_group(g, env, storage, prep)
             stamps.append(clock())
         self._last_groups = tuple(b - a for a, b in zip(stamps, stamps[1:]))
         return outs
+
+    def run_group(self, g: Group, env: dict, storage: dict, prep: Prepared | None) -> None:
+        """Run one group on the plan's arrays (``env`` logical, ``storage`` as stored)."""
+        if g.anchor in self.stacks:
+            self.stacks[g.anchor](env, prep)
+        elif g.anchor in self._skipped:
+            pass
+        elif self.cand.schedule(g.anchor).impl == IMPL_LIBRARY:
+            self._gemm(g.anchor, env, prep)
+        elif self.cand.schedule(g.anchor).impl == IMPL_KERNEL:
+            self.kernel_groups[g.anchor](env, prep)
+        else:
+            k = self.kernels[g.anchor]
+            ptrs = (ctypes.c_void_p * len(k.args))(*[storage[t].ctypes.data for t in k.args])
+            self.fns[g.anchor](ptrs)
 
     def timed_call(self, inputs: dict[str, np.ndarray], warmup: int = 0, repeats: int = 3,
                    check: Callable[[Arrays], bool] | None = None,
@@ -328,11 +268,13 @@ class CompiledPlan:
         :meth:`timed_call`."""
         return dict(self._profile)
 
-    def _gemm(self, name: str, env) -> None:
+    def _gemm(self, name: str, env, prep: Prepared | None = None) -> None:
         op, f = self._forms[name]
         st = self.staging
-        A = as3(env[f.a.tensor], f.a.idx, (f.batch, f.m, f.k), st, f"{name}:a", blas=True)
-        B = as3(env[f.b.tensor], f.b.idx, (f.batch, f.k, f.n), st, f"{name}:b", blas=True)
+        A = derived(prep, f"{name}:a", (f.a.tensor,), st, lambda s: as3(
+            env[f.a.tensor], f.a.idx, (f.batch, f.m, f.k), s, f"{name}:a", blas=True))
+        B = derived(prep, f"{name}:b", (f.b.tensor,), st, lambda s: as3(
+            env[f.b.tensor], f.b.idx, (f.batch, f.k, f.n), s, f"{name}:b", blas=True))
         out = env[name]
         t, O = view3(out, op.parallel, (f.batch, f.m, f.n))
         # NumPy's product has no alpha: the contraction's scale goes on the smallest of the
@@ -341,8 +283,9 @@ class CompiledPlan:
         scale_c = f.scale != 1.0 and out.size <= min(A.size, B.size)
         if f.scale != 1.0 and not scale_c:
             small, which = (A, "a") if A.size <= B.size else (B, "b")
-            scaled = np.multiply(small, self.dtype.type(f.scale),
-                                 out=st.scratch(f"{name}:{which}*", small.shape, small.dtype))
+            scaled = derived(prep, f"{name}:{which}*", ((f.a if which == "a" else f.b).tensor,), st,
+                             lambda s: np.multiply(small, self.dtype.type(f.scale), out=s.scratch(
+                                 f"{name}:{which}*", small.shape, small.dtype)))
             A, B = (scaled, B) if which == "a" else (A, scaled)
         if O is not None and blasable(O) and O.strides[-1] == O.itemsize:
             _matmul(A, B, O)

@@ -14,6 +14,7 @@ from search_spaces.kernel_fusion import kernel_parts, pair_operands
 from search_spaces.gemm import gemm_form
 from search_spaces.workload import Workload
 
+from autotune.backends.cpu.binding import Prepared, derived
 from autotune.backends.cpu.gemm_call import (GemmKernel, interleave, operand_source, pair_axis,
                                              result_of)
 from autotune.backends.cpu.gemm_kernel import pair_half
@@ -98,27 +99,38 @@ class KernelGroup:
         self.extras = kernel_transforms(w, parts, lambda t: cand.layout(t, len(w.shapes[t])))[1]
         self._extra_key: tuple | None = None
         self._extra: tuple[np.ndarray, ...] = ()
+        self._extra_names = tuple(o.tensor for _, o in self.extras)
         # a pair: the second contraction's operand that is not shared, in the first's index
         # names (pair_of checked that it sits at the same positions), interleaved with the
         # first's along the paired axis on each call
         self.second = pair_operands(w, parts.epilogue)[1].tensor if parts.pair else None
 
-    def __call__(self, env: dict[str, np.ndarray]) -> None:
+    def __call__(self, env: dict[str, np.ndarray], prep: Prepared | None = None) -> None:
         f = self.form
         st, k = self.stage, self.anchor
-        a = as3(env[self.a[0]], self.a[1], (f.batch, f.m, f.k), st, f"{k}:a")
-        b = as3(env[self.b[0]], self.b[1], (f.batch, f.k, f.n), st, f"{k}:b")
-        t, c = view3(env[self.out], self.idx, (f.batch, f.m, f.n))
-        target = c if c is not None else st.scratch(f"{k}:c", (a.shape[0], a.shape[1],
-                                                               b.shape[2]), a.dtype)
-        if self.second is not None:
-            a, b = self._paired(env, a, b)
-        extra = self._extra_arrays(env)
+        axis = pair_axis(self.kernel.spec) if self.second is not None else None
+        # each operand (a pair's interleaved with its twin) once per binding where it is bound
+        a = derived(prep, f"{k}:a", self._sources("a", axis), st,
+                    lambda s: self._operand(env, "a", axis == "m", s))
+        b = derived(prep, f"{k}:b", self._sources("b", axis), st,
+                    lambda s: self._operand(env, "b", axis == "n", s))
+        out = env[self.out]
+        t, c = view3(out, self.idx, (f.batch, f.m, f.n))
+        target = c if c is not None else st.scratch(
+            f"{k}:c", _recipe(out.shape, out.strides, self.idx, (f.batch, f.m, f.n))[1],
+            a.dtype)
+        extra = derived(prep, f"{k}:extra", self._extra_names, st,
+                        lambda s: self._extra_arrays(env, s))
         self.kernel(a, b, target, f.scale, extra)     # the contraction's scale as alpha
         if c is None:
             st.copy(t, target.reshape(t.shape))
 
-    def _extra_arrays(self, env) -> tuple[np.ndarray, ...]:
+    def _sources(self, side: str, axis: str | None) -> tuple[str, ...]:
+        src = (self.a if side == "a" else self.b)[0]
+        paired = axis == ("m" if side == "a" else "n")
+        return (src, self.second) if paired else (src,)
+
+    def _extra_arrays(self, env, stage: Staging) -> tuple[np.ndarray, ...]:
         """The fusions' extra arrays: last call's views again where they view the same memory
         the same way (building them costs ~35 us an array, measured at trimul N=32 where the
         gate's epilogue group took 0.31 ms of which 0.12 ms was its three extras' views); made
@@ -126,25 +138,27 @@ class KernelGroup:
         have changed."""
         arrays = [env[o.tensor] for _, o in self.extras]
         key = tuple((x.__array_interface__["data"][0], x.shape, x.strides) for x in arrays)
-        if key == self._extra_key:
+        if key == self._extra_key and stage is self.stage:
             return self._extra
         copied: list[str] = []
-        extra = transform_arrays(self.w, self.extras, env, self.stage, self.anchor, copied)
-        self._extra_key, self._extra = (None, ()) if copied else (key, extra)
+        extra = transform_arrays(self.w, self.extras, env, stage, self.anchor, copied)
+        if stage is self.stage:
+            self._extra_key, self._extra = (None, ()) if copied else (key, extra)
         return extra
 
-    def _paired(self, env, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(a, b) with the non-shared one interleaved with the second contraction's (the same
-        subscript, another tensor) into a kept buffer, in blocks of half the tile."""
-        f, st, k = self.form, self.stage, self.anchor
-        spec = self.kernel.spec
-        h = pair_half(spec)
-        if pair_axis(spec) == "n":
-            b2 = as3(env[self.second], self.b[1], (f.batch, f.k, f.n), st, f"{k}:b2")
-            n = b.shape[2]
-            out = st.scratch(f"{k}:pair", (b.shape[0], b.shape[1], -(-n // h) * 2 * h), b.dtype)
-            return a, interleave(b, b2, h, 2, out)
-        a2 = as3(env[self.second], self.a[1], (f.batch, f.m, f.k), st, f"{k}:a2")
-        m = a.shape[1]
-        out = st.scratch(f"{k}:pair", (a.shape[0], -(-m // h) * 2 * h, a.shape[2]), a.dtype)
-        return interleave(a, a2, h, 1, out), b
+    def _operand(self, env, side: str, paired: bool, st: Staging) -> np.ndarray:
+        """The kernel's operand ``side`` as (batch, rows, cols); ``paired``: interleaved with
+        the second contraction's (the same subscript, another tensor) into a kept buffer, in
+        blocks of half the tile."""
+        f, k = self.form, self.anchor
+        src, idx = self.a if side == "a" else self.b
+        dims = (f.batch, f.m, f.k) if side == "a" else (f.batch, f.k, f.n)
+        x = as3(env[src], idx, dims, st, f"{k}:{side}")
+        if not paired:
+            return x
+        h = pair_half(self.kernel.spec)
+        x2 = as3(env[self.second], idx, dims, st, f"{k}:{side}2")
+        ax = 1 if side == "a" else 2
+        shape = list(x.shape)
+        shape[ax] = -(-shape[ax] // h) * 2 * h
+        return interleave(x, x2, h, ax, st.scratch(f"{k}:pair", tuple(shape), x.dtype))

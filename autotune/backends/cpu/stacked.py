@@ -2,8 +2,8 @@
 GEMM: ``result (sum D, S) = X (sum D, K) @ Y (K, S)``, where the result is the members' storage
 one after the other in one buffer (each member stores D outermost, so its part is a contiguous
 (D, S) block), X holds the members' differing operands side by side (copied on each call, the
-contraction's scale applied in that copy) and Y is the shared operand as stored (a view where
-its layout allows, else a kept staging copy).
+contraction's scale applied in that copy; once per binding where they are bound) and Y is the
+shared operand as stored (a view where its layout allows, else a kept staging copy).
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from search_spaces.gemm import gemm_form
 from search_spaces.siblings import checked_stack, stack_extents
 from search_spaces.workload import Workload
 
+from autotune.backends.cpu.binding import Prepared, derived
 from autotune.backends.cpu.kernel_group import as3
 from autotune.backends.cpu.staging import Staging
 
@@ -43,18 +44,30 @@ class StackedGemm:
         self.scale = dtype.type(f.scale)
         self.dtype = dtype
 
-    def __call__(self, env: dict[str, np.ndarray]) -> None:
+    def __call__(self, env: dict[str, np.ndarray], prep: Prepared | None = None) -> None:
         f, st, tag = self.form, self.stage, f"stack:{self.members[0]}"
-        x = st.scratch(f"{tag}:x", (len(self.members) * self.d, self.k), self.dtype)
         if self.shared_side == "a":
             # out_i (N, M) = B_i^T (N, K) @ A^T (K, M)
-            y = as3(env[self.shared.tensor], self.shared.idx, (f.batch, f.m, f.k), st,
-                    f"{tag}:y", blas=True)[0].T
-            parts = [as3(env[o.tensor], o.idx, (f.batch, f.k, f.n))[0].T for o in self.others]
+            y = derived(prep, f"{tag}:y", (self.shared.tensor,), st, lambda s: as3(
+                env[self.shared.tensor], self.shared.idx, (f.batch, f.m, f.k), s, f"{tag}:y",
+                blas=True)[0].T)
         else:
             # out_i (M, N) = A_i (M, K) @ B (K, N)
-            y = as3(env[self.shared.tensor], self.shared.idx, (f.batch, f.k, f.n), st,
-                    f"{tag}:y", blas=True)[0]
+            y = derived(prep, f"{tag}:y", (self.shared.tensor,), st, lambda s: as3(
+                env[self.shared.tensor], self.shared.idx, (f.batch, f.k, f.n), s, f"{tag}:y",
+                blas=True)[0])
+        # the differing operands side by side, the contraction's scale applied in the copy: a
+        # binding of them (the siblings' weights) builds this once
+        x = derived(prep, f"{tag}:x", tuple(o.tensor for o in self.others), st,
+                    lambda s: self._side_by_side(env, s.scratch(
+                        f"{tag}:x", (len(self.members) * self.d, self.k), self.dtype)))
+        np.matmul(x, y, out=self.result)
+
+    def _side_by_side(self, env: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+        f = self.form
+        if self.shared_side == "a":
+            parts = [as3(env[o.tensor], o.idx, (f.batch, f.k, f.n))[0].T for o in self.others]
+        else:
             parts = [as3(env[o.tensor], o.idx, (f.batch, f.m, f.k))[0] for o in self.others]
         for i, p in enumerate(parts):
             rows = x[i * self.d:(i + 1) * self.d]
@@ -62,4 +75,4 @@ class StackedGemm:
                 np.multiply(p, self.scale, out=rows)
             else:
                 np.copyto(rows, p)
-        np.matmul(x, y, out=self.result)
+        return x

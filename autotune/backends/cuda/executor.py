@@ -32,11 +32,12 @@ import numpy as np
 
 from search_spaces.candidate import IMPL_LIBRARY, Candidate
 from search_spaces.gemm import gemm_form
-from search_spaces.partition import groups, materialized
+from search_spaces.partition import Group, groups, materialized
 from search_spaces.rewrite import rewritten
 from search_spaces.workload import Workload
 
 from autotune.backends.base import Arrays, Cutoff, timed_runs
+from autotune.backends.cuda.binding import CudaBoundPlan
 from autotune.backends.cuda.codegen import check_limits, generate_cuda
 from autotune.backends.cuda.gemm import GemmCall, Mat, mat3, plan_gemm
 from autotune.backends.cuda.runtime import CupyRuntime
@@ -75,7 +76,7 @@ class CudaPlan:
         self.fns = self.rt.compile(src, kernels, Path(cache_dir)) if kernels else {}
         self.kernel_attrs = {k.name: self.rt.attributes(self.fns[k.name]) for k in kernels}
         self.groups = groups(w, cand.fused_pairs)
-        mats = materialized(w, cand.fused_pairs)
+        self.materialized = mats = materialized(w, cand.fused_pairs)
         xp = self.rt.xp
         self.storage: dict[str, object] = {}
         self.logical: dict[str, object] = {}
@@ -109,18 +110,35 @@ class CudaPlan:
     def run_device(self, **inputs) -> dict:
         """Run on device-resident (or host) inputs; returns the plan's device output buffers
         (overwritten by the next run) without synchronizing."""
-        w, rt = self.w, self.rt
+        return self.run_with(inputs, None)
+
+    def run_with(self, inputs, bound: CudaBoundPlan | None) -> dict:
+        """:meth:`run_device`; ``bound``: the binding whose inputs are among ``inputs`` (its
+        constant groups' arrays used, those groups skipped)."""
         storage = dict(self.storage)
         env = dict(self.logical)
         for n, a in self.upload(inputs).items():
             env[n] = storage[n] = a
+        skip = ()
+        if bound is not None:
+            env.update(bound.logical)
+            storage.update(bound.storage)
+            skip = bound.skip
         for g in self.groups:
-            if self.cand.schedule(g.anchor).impl == IMPL_LIBRARY:
-                self._gemm(g.anchor, env)
-            else:
-                k = self.kernels[g.anchor]
-                rt.launch(self.fns[k.name], k, [storage[t] for t in k.args])
-        return {o: self.logical[o] for o in w.outputs}
+            if g.anchor not in skip:
+                self.run_group(g, env, storage)
+        return {o: self.logical[o] for o in self.w.outputs}
+
+    def run_group(self, g: Group, env: dict, storage: dict) -> None:
+        if self.cand.schedule(g.anchor).impl == IMPL_LIBRARY:
+            self._gemm(g.anchor, env)
+        else:
+            k = self.kernels[g.anchor]
+            self.rt.launch(self.fns[k.name], k, [storage[t] for t in k.args])
+
+    def bind(self, params) -> CudaBoundPlan:
+        """This plan with ``params`` bound (autotune.backends.bound)."""
+        return CudaBoundPlan(self, params)
 
     def __call__(self, **inputs) -> dict[str, np.ndarray]:
         outs = self.run_device(**inputs)

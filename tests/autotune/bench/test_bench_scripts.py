@@ -113,3 +113,24 @@ def test_pairs_bench_times_the_pair_against_its_split_and_the_heuristic(tmp_path
     assert all(m["total_s"] > 0 and 0 < m["pair_ops_s"] <= m["total_s"]
                for m in d["median"].values())
     assert d["candidates"]["pair"] != d["candidates"]["split"]
+
+
+def test_torch_overhead_bench_times_bound_and_unbound_calls(tmp_path):
+    pytest.importorskip("torch")
+    run_script("torch_overhead.py", "--n", "8", "--c", "8", "--rounds", "1",
+               "--db", str(tmp_path / "plans.sqlite"), "--out", str(tmp_path / "out"),
+               tmp_path=tmp_path)
+    d = only_json(tmp_path / "out")
+    assert set(d["real_plan"]) == {"bare", "bare_bound", "torch", "torch_bound"}
+    assert all(v["median_us"] > 0 for v in d["real_plan"].values())
+    assert set(d["overhead_us"]) == {"torch", "torch_bound"}
+
+
+def test_binding_bench_times_the_plan_bound_and_not(tmp_path):
+    run_script("binding.py", "trimul_outgoing", "--dims", "N=8,C=8", "--rounds", "2",
+               "--round-s", "0.01", "--out", str(tmp_path / "out"), tmp_path=tmp_path)
+    d = only_json(tmp_path / "out")
+    assert set(d["median_s"]) == {"plan", "bound"} and all(v > 0 for v in d["median_s"].values())
+    assert len(d["per_round_s"]["bound"]) == 2
+    assert set(d["prepared"]) == {"constant_groups", "operands_bytes"}
+    assert d["plan"] == "heuristic"         # nothing tuned in the test's fresh database

@@ -29,10 +29,21 @@ class Spy:
         self.plan, self.seen, self.returned = plan, {}, {}
 
     def __call__(self, **inputs):
+        return self.record(inputs, self.plan(**inputs))
+
+    def record(self, inputs, outs):
         self.seen = {n: a.ctypes.data for n, a in inputs.items()}
-        outs = self.plan(**inputs)
         self.returned = {n: a.ctypes.data for n, a in outs.items()}
         return outs
+
+    def bind(self, params):
+        """The plan bound to ``params``, its runs recorded here too."""
+        bound, spy = self.plan.bind(params), self
+
+        class Bound:
+            def run(self, inputs):
+                return spy.record(inputs, bound.run(inputs))
+        return Bound()
 
 
 @pytest.fixture
