@@ -27,7 +27,7 @@ from search_spaces.partition import Group
 
 from .devices import DeviceSpec
 from .estimate import FusedProducer, GroupCost
-from .rates import GEMM_FLOOR, SMALL_GEMM, loop_launch_s, transcendental_weight
+from .rates import GEMM_FLOOR, SMALL_GEMM, kernel_launch_s, transcendental_weight
 
 
 def tile_use(extent: int, tile: int) -> float:
@@ -152,7 +152,7 @@ def plain_kernel_parts(b: int, m: int, n: int, kk: int, p: KernelParams, item: i
     a, bb, c = (float(b * x * y * item) for x, y in ((m, kk), (kk, n), (m, n)))
     moved = a * math.ceil(n / p.nc) + bb + c * (2 * max(1, math.ceil(kk / p.kc)) - 1)
     compute = kernel_compute_s(b, m, n, kk, p, item, c, dev)
-    return compute, moved / dev.bandwidth + loop_launch_s(dev)
+    return compute, moved / dev.bandwidth + kernel_launch_s(dev)
 
 
 def plain_kernel_s(b: int, m: int, n: int, kk: int, p: KernelParams, item: int,
@@ -213,7 +213,7 @@ def kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev: Dev
     # maximum of the two (every workload under-priced, +0.72 signed) and 0.44 with the sum
     # (+0.21).  At the K=128 projections C is written once per 128 multiply-adds per element
     # and its lines are fetched for ownership; the micro-kernel's prefetch does not hide that.
-    total = compute + memory + loop_launch_s(dev) + copy_bytes / dev.bandwidth
+    total = compute + memory + kernel_launch_s(dev) + copy_bytes / dev.bandwidth
     return GroupCost(ops=tuple(g.members), anchor=g.anchor, impl=IMPL_KERNEL, tiles=(),
                      predicted_s=total, flops=flops + fused_flops, recomputed_flops=0.0,
                      transcendentals=trans, bytes=bytes_ + copy_bytes, unique_bytes=unique,

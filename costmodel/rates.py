@@ -96,6 +96,12 @@ def loop_launch_s(dev: DeviceSpec) -> float:
     return dev.launch_s + dev.region_s + dev.thread_start_s * max(dev.parallel_units - 1, 0)
 
 
+def kernel_launch_s(dev: DeviceSpec) -> float:
+    """Fixed cost of a generated-kernel group: a loop group's, plus the host-side set-up of
+    its call (``dev.kernel_call_s``)."""
+    return loop_launch_s(dev) + dev.kernel_call_s
+
+
 def library_launch_s(dev: DeviceSpec) -> float:
     """Fixed cost of a library GEMM call: the call plus its host-side set-up."""
     return dev.launch_s + dev.library_call_s

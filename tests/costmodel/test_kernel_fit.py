@@ -67,6 +67,23 @@ def test_factors_and_barriers_move_the_time():
         kernel_compute_s(1, 4096, 512, 128, params(), 4, 8e6, neutral)
 
 
+def test_a_kernel_call_costs_its_set_up_beyond_a_loop_groups(small):
+    """Every kernel group pays the calibrated kernel_call_s once, whatever its size: a whole
+    plan's kernel groups and the kernel alone (what the calibration fits its rate on) alike."""
+    from costmodel import estimate
+    from tests.autotune.backends.test_kernel_epilogue import kernel_plan, space_of
+    base = replace(CPU_DEFAULT, kernel_call_s=0.0)
+    dear = replace(CPU_DEFAULT, kernel_call_s=50e-6)
+    assert plain_kernel_s(1, 8, 8, 8, params(), 4, dear) == \
+        pytest.approx(plain_kernel_s(1, 8, 8, 8, params(), 4, base) + 50e-6)
+    w = small("trimul_outgoing")
+    cand = kernel_plan(space_of(w), 0)
+    kernels = sum(s.impl == "kernel" for s in cand.schedules)
+    assert kernels >= 3
+    assert estimate(w, cand, dear).total_s == \
+        pytest.approx(estimate(w, cand, base).total_s + kernels * 50e-6)
+
+
 def synthetic(costs: KernelCosts, rate: float, noise: float, seed: int) -> list[KernelSample]:
     dev = replace(CPU_DEFAULT, kernel_flops=rate, kernel=costs)
     r = random.Random(seed)

@@ -26,7 +26,9 @@ from db.store import default_db_path
 # 4: + the loop groups' per-tile overhead (tile_overhead_s)
 # 5: the kernel's rate and factors fitted with its traffic added to its arithmetic
 #    (costmodel.kernel_cost.plain_kernel_s), not overlapped
-CALIBRATION_VERSION = 5
+# 6: + a generated-kernel group's call beyond a loop group's (kernel_call_s), and the kernel's
+#    rate fitted with it
+CALIBRATION_VERSION = 6
 CALIBRATION_FILE = "calibration-cpu.json"
 DEFAULT_GEMM_N = 2048
 DEFAULT_COPY_MB = 256
@@ -91,6 +93,7 @@ _FIELDS = {"gemm_flops": (float, False), "bandwidth": (float, False),
            "cache_bytes": (float, False), "parallel_units": (int, False),
            "launch_s": (float, False), "region_s": (float, True),
            "thread_start_s": (float, True), "library_call_s": (float, True),
+           "kernel_call_s": (float, True),
            "kernel_flops": (float, False), "tile_overhead_s": (float, False)}
 # nested dataclasses of positive floats (and the few that may be 0)
 _SECTIONS = ("gemm_shapes", "access", "functions", "kernel")

@@ -107,6 +107,10 @@ def measure(gemm_n: int, copy_mb: float, repeats: int, cache_dir: Path,
     if loop_call is not None:
         ev["loop_group_call_s"] = loop_call
     ev["library_group_call_s"] = host_probes.group_call_s(True, cache_dir, repeats)
+    kernel_call = _errors(lambda: host_probes.group_call_s(True, cache_dir, repeats,
+                                                           kernel=True), errors, "kernel_call_s")
+    if kernel_call is not None:
+        ev["kernel_group_call_s"] = kernel_call
     llc = _last_level_cache()
     if llc:
         ev["cache_bytes"] = llc
@@ -157,10 +161,16 @@ def terms(ev: dict, cores: int) -> dict:
         out["launch_s"] = max(ev["loop_group_call_s"] - region, MIN_LAUNCH_S)
     out["library_call_s"] = max(ev["library_group_call_s"]
                                 - out.get("launch_s", CPU_DEFAULT.launch_s), 0.0)
+    if "kernel_group_call_s" in ev:
+        # what a kernel group's call costs beyond a loop group's (both over 2 x 2 matrices):
+        # the operands' views, the argument arrays, the kernel's own set-up
+        out["kernel_call_s"] = max(ev["kernel_group_call_s"] - ev.get(
+            "loop_group_call_s", CPU_DEFAULT.launch_s + region), 0.0)
     if ev.get("kernel_samples"):
         # the kernel's terms are fitted against the model with this machine's other terms
         known = {k: out[k] for k in ("gemm_flops", "bandwidth", "parallel_units", "launch_s",
-                                     "region_s", "thread_start_s") if k in out}
+                                     "region_s", "thread_start_s", "kernel_call_s")
+                 if k in out}
         dev = replace(CPU_DEFAULT, cache_bytes=float(ev.get("cache_bytes",
                                                             CPU_DEFAULT.cache_bytes)), **known)
         out.update(kernel_probe.kernel_terms(
@@ -225,6 +235,10 @@ def report_lines(rec: dict) -> list[str]:
     out.append(f"library:    {rec['library_call_s'] * 1e6:.1f} us per GEMM call beyond the "
                f"launch  (a library group {ev.get('library_group_call_s', 0) * 1e6:.1f} us in "
                f"all)")
+    if "kernel_call_s" in rec:
+        out.append(f"kernel call: {rec['kernel_call_s'] * 1e6:.1f} us per generated-kernel "
+                   f"group beyond a loop group's  (a kernel group "
+                   f"{ev.get('kernel_group_call_s', 0) * 1e6:.1f} us in all)")
     if "kernel_flops" in rec:
         kc, fit = rec.get("kernel", {}), rec.get("kernel_fit", {})
         out.append(f"kernel:     {rec['kernel_flops'] / 1e9:.1f} GFLOP/s  (the generated "

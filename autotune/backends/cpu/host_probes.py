@@ -12,11 +12,13 @@ import numpy as np
 
 from costmodel.rates import BATCHED_SMALL, SKINNY_K, SKINNY_MN
 from search_spaces import parse_workload
+from search_spaces.candidate import IMPL_KERNEL
 from search_spaces.plans import named_plan
-from search_spaces.space import SearchSpace
+from search_spaces.space import SearchSpace, TileBounds
 
 from autotune.backends.buffers import aligned_empty
 from autotune.backends.cpu.executor import CompiledPlan, _matmul
+from autotune.backends.cpu.machine import machine_bounds
 from autotune.backends.cpu.probes import best_time, best_times
 
 # (batch, M, N, K) at which each GEMM shape class is measured: the class's defining dim at its
@@ -63,9 +65,16 @@ def _chain(name: str, ops: int, contraction: bool):
     return parse_workload(text, f"{name}.toml")
 
 
-def _calls(w, cache_dir: Path):
-    """A run of CALLS calls of ``w``'s unfused plan."""
-    plan = CompiledPlan(w, named_plan(SearchSpace(w), "unfused"), cache_dir)
+def _calls(w, cache_dir: Path, kernel: bool = False):
+    """A run of CALLS calls of ``w``'s unfused plan (``kernel``: its contractions on the
+    generated kernel, every other choice the space's first)."""
+    if kernel:
+        space = SearchSpace(w, TileBounds(1, 256, machine_bounds()))
+        cand = space.build(lambda q, opts: IMPL_KERNEL if q.startswith("impl:") else
+                           0 if q.startswith("fuse:") else opts[0])
+    else:
+        cand = named_plan(SearchSpace(w), "unfused")
+    plan = CompiledPlan(w, cand, cache_dir)
     rng = np.random.default_rng(0)
     inputs = {n: rng.standard_normal(s).astype(np.float32) for n, s in w.inputs}
 
@@ -75,12 +84,14 @@ def _calls(w, cache_dir: Path):
     return run
 
 
-def group_call_s(contraction: bool, cache_dir: Path, repeats: int, ops: int = 4) -> float:
+def group_call_s(contraction: bool, cache_dir: Path, repeats: int, ops: int = 4,
+                 kernel: bool = False) -> float:
     """Seconds one more group adds to a plan's call: a chain of ``ops`` groups against a chain
     of one, both unfused and interleaved, so the per-call set-up (inputs, outputs) cancels
-    out."""
-    kind = "gemm" if contraction else "loop"
-    t = best_times({"many": _calls(_chain(f"calib_{kind}_{ops}", ops, contraction), cache_dir),
-                    "one": _calls(_chain(f"calib_{kind}_1", 1, contraction), cache_dir)},
+    out.  ``kernel``: the contractions on the generated kernel instead of the library."""
+    kind = "kernel" if kernel else "gemm" if contraction else "loop"
+    t = best_times({"many": _calls(_chain(f"calib_{kind}_{ops}", ops, contraction), cache_dir,
+                                   kernel),
+                    "one": _calls(_chain(f"calib_{kind}_1", 1, contraction), cache_dir, kernel)},
                    repeats)
     return max(t["many"] - t["one"], 0.0) / CALLS / (ops - 1)

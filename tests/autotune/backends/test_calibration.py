@@ -69,6 +69,7 @@ def test_gemm_probe_through_the_executor_call():
 def test_group_call_probes(tmp_path):
     assert positive(host_probes.group_call_s(False, tmp_path, 1, ops=2))
     assert positive(host_probes.group_call_s(True, tmp_path, 1, ops=2))
+    assert positive(host_probes.group_call_s(True, tmp_path, 1, ops=2, kernel=True))
 
 
 def test_gemm_factors_make_the_model_reproduce_each_measured_class():
@@ -87,7 +88,8 @@ def test_terms_from_the_raw_measurements():
           "strided_read_bandwidth": 1e9, "transpose_bandwidth": 2e9,
           "region_s": 1e-6, "region_thread_s": 4e-6, "threads": 3, "tile_s": 2e-8,
           "function_s": {"ref": 1e-10, "exp": 2e-10, "sqrt": 1e-12},
-          "loop_group_call_s": 20e-6, "library_group_call_s": 50e-6}
+          "loop_group_call_s": 20e-6, "library_group_call_s": 50e-6,
+          "kernel_group_call_s": 80e-6}
     t = terms(ev, cores=3)
     assert t["bandwidth"] == 3e10 and t["bandwidth_source"] == "generated copy"
     assert t["access"] == {"strided_read": 30.0, "transpose_copy": 15.0, "strided_write": 29.0}
@@ -97,6 +99,8 @@ def test_terms_from_the_raw_measurements():
     # a loop group's call is its launch plus its region on 3 threads
     assert t["launch_s"] == pytest.approx(20e-6 - 1e-6 - 2 * 4e-6)
     assert t["library_call_s"] == pytest.approx(50e-6 - t["launch_s"])
+    # a kernel group's call beyond a loop group's
+    assert t["kernel_call_s"] == pytest.approx(60e-6)
     assert t["tile_overhead_s"] == 2e-8
     # an empty probe tile costs less than a real one: the floor keeps a tile's loop set-up
     assert terms({**ev, "tile_s": 0.0}, cores=3)["tile_overhead_s"] == MIN_TILE_S > 0
@@ -105,7 +109,7 @@ def test_terms_from_the_raw_measurements():
                                      "library_group_call_s")}, cores=3)
     assert bare["bandwidth"] == 2e10 and bare["bandwidth_source"] == "np.copyto"
     assert not {"access", "functions", "region_s", "launch_s", "f32_flops",
-                "tile_overhead_s"} & set(bare)
+                "tile_overhead_s", "kernel_call_s"} & set(bare)
     assert bare["library_call_s"] == pytest.approx(50e-6 - CPU_DEFAULT.launch_s)
 
 
@@ -115,6 +119,7 @@ def full_record() -> dict:
     return {"version": cal.CALIBRATION_VERSION, "gemm_flops": 1e11, "bandwidth": 2e10,
             "loop_flops": 2e10, "f32_flops": 2e11, "parallel_units": 4, "cache_bytes": 1e6,
             "launch_s": 3e-6, "region_s": 1e-6, "thread_start_s": 0.0, "library_call_s": 4e-5,
+            "kernel_call_s": 6e-5,
             "tile_overhead_s": 2e-8, "gemm_shapes": {"skinny_k": 0.7, "skinny_mn": 1.3, "batched_small": 0.9},
             "access": {"strided_read": 25.0, "strided_write": 40.0, "transpose_copy": 20.5},
             "functions": {"exp": 5.0, "tanh": 300.0}, "evidence": {"anything": 1}}
@@ -126,8 +131,8 @@ def test_a_current_record_round_trips(tmp_path):
         warnings.simplefilter("error")
         spec = cal.load_cpu_spec(path)
     assert (spec.gemm_flops, spec.bandwidth, spec.parallel_units) == (1e11, 2e10, 4)
-    assert (spec.launch_s, spec.region_s, spec.thread_start_s, spec.library_call_s) == \
-        (3e-6, 1e-6, 0.0, 4e-5)
+    assert (spec.launch_s, spec.region_s, spec.thread_start_s, spec.library_call_s,
+            spec.kernel_call_s) == (3e-6, 1e-6, 0.0, 4e-5, 6e-5)
     assert spec.tile_overhead_s == 2e-8
     assert spec.gemm_shapes == GemmShapes(0.7, 1.3, 0.9)
     assert spec.access == AccessCosts(25.0, 40.0, 20.5)
