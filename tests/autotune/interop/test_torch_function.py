@@ -197,3 +197,22 @@ def test_cuda_round_trip(small, fast_tmp):
     check(w, x, {n: t.cpu() for n, t in outs.items()})
     with pytest.raises(ValueError, match="is on cpu, this function runs on cuda"):
         fn(**tx)
+
+
+@pytest.mark.cuda
+def test_cuda_bound_round_trip(small, fast_tmp):
+    """The weights bound on the device once; the activations alone per call."""
+    w = small("trimul_outgoing")
+    fn = at.function(w, "cuda", fast_tmp / "p.sqlite")
+    x, tx = tensors(w)
+    cuda = {n: t.cuda() for n, t in tx.items()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        layer = fn.bind(**{n: cuda[n] for n in w.params})
+        for seed in (1, 2):
+            x2, tx2 = tensors(w, seed)
+            acts = {n: tx2[n].cuda() for n in w.activations}
+            outs = layer(**acts)
+            assert outs["out"].is_cuda
+            check(w, {**x, **{n: x2[n] for n in w.activations}},
+                  {n: t.cpu() for n, t in outs.items()})
