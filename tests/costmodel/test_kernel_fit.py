@@ -116,3 +116,30 @@ def test_a_choice_the_samples_never_vary_keeps_factor_one():
     assert fit.costs.short_tile == pytest.approx(2.0, rel=0.02)
     with pytest.raises(ValueError, match="no kernel samples"):
         fit_kernel_costs([], CPU_DEFAULT)
+
+
+def test_a_prologue_is_priced_at_the_scalar_rate_an_epilogue_at_the_vector_rate(small):
+    """The packing routines apply a prologue element by element (gemm_kernel.packers); the
+    epilogue works on the register tile's vectors."""
+    from costmodel import estimate
+    from costmodel.rates import transcendental_weight
+    from search_spaces.kernel_fusion import kernel_parts
+    from tests.autotune.backends.test_kernel_epilogue import kernel_plan, space_of
+    w = small("trimul_outgoing")
+    cand = kernel_plan(space_of(w), 0)
+    with_prologue = [s.anchor for s in cand.schedules if s.impl == "kernel" and (
+        kernel_parts(w, cand.fused_pairs, s.anchor).prologue_a
+        or kernel_parts(w, cand.fused_pairs, s.anchor).prologue_b)]
+    assert with_prologue, cand.to_json()
+    wide, narrow = replace(CPU_DEFAULT, vector_width=8), replace(CPU_DEFAULT, vector_width=1)
+    for anchor in with_prologue:
+        parts = kernel_parts(w, cand.fused_pairs, anchor)
+        pro = [p.producer for p in (parts.prologue_a, parts.prologue_b) if p]
+        assert len(pro) == 1
+        x = w.op(pro[0])
+        work = x.out_size * (x.flops_per_iteration()[0] + transcendental_weight(x.expr, wide))
+        got = {dev.vector_width: next(g.predicted_s for g in estimate(w, cand, dev).groups
+                                      if g.anchor == anchor) for dev in (wide, narrow)}
+        # at one lane the scalar rate is the loop rate: the difference is 7/8 of the 8-lane price
+        assert got[8] - got[1] == pytest.approx(work * (8 - 1) / CPU_DEFAULT.loop_flops,
+                                                rel=1e-6)
