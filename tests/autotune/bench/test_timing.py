@@ -15,10 +15,12 @@ class Sleeper:
     """A contender whose call sleeps ``seconds`` and counts itself."""
     seconds: float
     calls: int = 0
+    ends: list = None
 
     def call(self):
         self.calls += 1
         time.sleep(self.seconds)
+        self.ends = (self.ends or []) + [time.perf_counter()]
         return object()
 
 
@@ -46,15 +48,19 @@ def test_fast_contenders_are_batched_and_their_rounds_are_means():
 
 def test_warm_up_is_counted_in_time_not_calls():
     fast, slow = Sleeper(0.002), Sleeper(0.03)
-    # a fast contender makes several untimed calls to fill the warm-up; a slow one makes one
-    n = warm_up(fast.call, 0.02)
-    assert 4 <= n <= 10 and fast.calls == n
+    # a fast contender makes untimed calls until the warm-up's time has passed, and no more: it
+    # stops at the first call that ends past it (judged by the calls' own clock, so that a
+    # loaded machine, where a 2 ms sleep takes 10, reads the same); a slow one makes one
+    t0 = time.perf_counter()
+    n = warm_up(fast.call, 0.05)
+    assert fast.calls == n >= 3
+    assert fast.ends[-1] - t0 >= 0.05 and fast.ends[-2] - t0 < 0.05 + 0.005
     assert warm_up(slow.call, 0.02) == 1
     before = fast.calls
     times, calls = time_rounds({"fast": fast}, rounds=2, seed=0, say=lambda _: None,
-                               settle_s=0.0, min_round_s=0.01, warm_s=0.02)
+                               settle_s=0.0, min_round_s=0.01, warm_s=0.05)
     per_round = (fast.calls - before - 1) / 2      # less the call that sizes the batch
-    assert per_round >= calls["fast"] + 4          # the batch plus a warm-up of several calls
+    assert per_round >= calls["fast"] + 3          # the batch plus a warm-up of several calls
 
 
 def test_a_contender_over_a_second_is_not_warmed(monkeypatch):
