@@ -82,12 +82,12 @@ def main(argv=None) -> int:
     if a.rounds < 1:
         raise SystemExit("--rounds must be at least 1")
     from autotune.backends.base import verify
+    from autotune.cli.common import parse_dims
     from autotune.interop.resolve import plan_for
     from autotune.reference import reference
     from search_spaces.loader import load_workload
     dims = a.dims or ("N=64" if a.workload.startswith("trimul") else "")
-    w = load_workload(a.workload, {k: int(v) for k, v in
-                                   (p.split("=") for p in dims.split(",") if p)})
+    w = load_workload(a.workload, parse_dims(dims))
     if not w.params:
         raise SystemExit(f"{w.name} declares no parameters: nothing to bind")
     with warnings.catch_warnings():

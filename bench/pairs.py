@@ -74,11 +74,11 @@ def main(argv=None) -> int:
     from search_spaces.space import SearchSpace
     from autotune.backends.base import BufferPool, verify
     from autotune.backends.factory import backend_kind, resolve
+    from autotune.cli.common import parse_dims
     from autotune.reference import reference
     from costmodel import estimate
     dims = a.dims or ("N=702" if a.workload.startswith("trimul") else "")
-    w = load_workload(a.workload, {k: int(v) for k, v in
-                                   (kv.split("=") for kv in dims.split(",") if kv)} or None)
+    w = load_workload(a.workload, parse_dims(dims) or None)
     env = resolve("cpu")
     kind = backend_kind(env.kind)
     dev = kind.device_spec(env)
