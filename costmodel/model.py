@@ -25,6 +25,7 @@ from .cuda_limits import limit_penalty_s
 from .devices import DeviceSpec
 from .estimate import CostEstimate, FusedProducer, GroupCost
 from .kernel_cost import kernel_copy_bytes, kernel_group
+from .memo import GroupMemo
 from .rates import (LINE_ELEMS, gemm_rate, library_launch_s, loop_launch_s, read_waste,
                     tile_overhead_s, transcendental_weight, write_waste)
 from .stack_cost import stack_copy_bytes, stacked_group
@@ -42,6 +43,9 @@ def line_waste(shape, perm, box) -> float:
         if box[d] < shape[d]:
             break
     return LINE_ELEMS / min(max(run, 1), LINE_ELEMS)
+
+
+_MEMO = GroupMemo()   # loop groups' prices, reused by candidates that price them alike
 
 
 def estimate(w: Workload, cand: Candidate, dev: DeviceSpec) -> CostEstimate:
@@ -70,7 +74,10 @@ def estimate(w: Workload, cand: Candidate, dev: DeviceSpec) -> CostEstimate:
             out.append(chain_group(w, chains[g.anchor], sched.chain_block, sched.tiles,
                                    layout_of, mats, dev, item))
         else:
-            out.append(_loop_group(w, g, sched.tiles, layout_of, mats, dev, item))
+            out.append(_MEMO.price(
+                ("loop", w.hash, dev, item, g, tuple(sched.tiles)), layout_of, mats,
+                lambda lay, ms, g=g, tiles=sched.tiles: _loop_group(w, g, tiles, lay, ms, dev,
+                                                                   item)))
     # a CUDA candidate whose tile buffers exceed shared memory cannot launch at all
     total = sum(c.predicted_s for c in out) + limit_penalty_s(w, cand, dev)
     return CostEstimate(w.name, dict(w.dims), dev.name, cand.name or cand.key, total, tuple(out))

@@ -70,8 +70,23 @@ def check_partition(w: Workload, fused: set[tuple[str, str]]) -> str | None:
     return None
 
 
+_GROUPS: dict[tuple, tuple[Group, ...]] = {}   # (workload hash, fused edges) -> groups
+
+
 def groups(w: Workload, fused: set[tuple[str, str]]) -> list[Group]:
-    """Groups of a legal partition, in an order where every group runs after what it reads."""
+    """Groups of a legal partition, in an order where every group runs after what it reads
+    (kept per workload and partition: a search prices thousands of candidates over a few
+    hundred partitions)."""
+    key = (w.hash, frozenset(fused))
+    done = _GROUPS.get(key)
+    if done is None:
+        if len(_GROUPS) >= 20_000:
+            _GROUPS.clear()
+        done = _GROUPS[key] = tuple(_ordered_groups(w, fused))
+    return list(done)
+
+
+def _ordered_groups(w: Workload, fused: set[tuple[str, str]]) -> list[Group]:
     out = []
     for comp in _components(w, fused):
         members = set(comp)
@@ -117,15 +132,26 @@ def legal_partitions(w: Workload, limit_edges: int = 16) -> list[frozenset[tuple
     return out
 
 
+_REPAIRED: dict[tuple, frozenset] = {}   # (workload hash, wanted, forced) -> repair's answer
+
+
 def repair(w: Workload, wanted: list[tuple[str, str]], forced: list[tuple[str, str]] = ()
            ) -> set[tuple[str, str]]:
-    """The largest prefix-greedy legal subset of ``wanted`` (forced edges first)."""
-    fused: set[tuple[str, str]] = set()
-    for e in list(forced) + [e for e in wanted if e not in forced]:
-        trial = fused | {e}
-        if check_partition(w, trial) is None:
-            fused = trial
-    return fused
+    """The largest prefix-greedy legal subset of ``wanted`` (forced edges first).  Kept per
+    workload and request: a search builds thousands of candidates from a few fusion choices,
+    and each repair checks the partition once per edge (a quarter of a candidate's build)."""
+    key = (w.hash, tuple(wanted), tuple(forced))
+    done = _REPAIRED.get(key)
+    if done is None:
+        fused: set[tuple[str, str]] = set()
+        for e in list(forced) + [e for e in wanted if e not in forced]:
+            trial = fused | {e}
+            if check_partition(w, trial) is None:
+                fused = trial
+        if len(_REPAIRED) >= 20_000:
+            _REPAIRED.clear()
+        done = _REPAIRED[key] = frozenset(fused)
+    return set(done)
 
 
 def constant_groups(w: Workload, ordered: list[Group], frozen: set[str] | frozenset[str],

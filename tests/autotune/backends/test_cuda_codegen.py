@@ -121,7 +121,7 @@ def test_generated_cuda_compiles_with_nvcc(name, tmp_path):
         line += src.count("\n") + 1
     cu = tmp_path / f"{name}.cu"
     cu.write_text("\n".join(parts))
-    cmd = [NVCC, "-std=c++17", "-gencode", "arch=compute_80,code=sm_80",
+    cmd = [NVCC, "-std=c++17", "--threads", "2", "-gencode", "arch=compute_80,code=sm_80",
            "-gencode", "arch=compute_90,code=sm_90", "-c", str(cu), "-o", str(tmp_path / "k.o")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
