@@ -14,6 +14,7 @@ import pytest
 
 import autotune  # noqa: F401  (first: its thread settings precede NumPy's OpenBLAS)
 from search_spaces import load_workload
+from tests.support.caches import link_caches, make_shared
 from tests.support.skips import (GPU_SKIP, pytest_collectreport,  # noqa: F401  (hooks)
                                  pytest_runtest_logreport, pytest_sessionfinish,
                                  pytest_terminal_summary)
@@ -72,6 +73,19 @@ def fast_tmp(tmp_path):
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def shared_caches(tmp_path_factory):
+    """The session's folder of compiled kernels and references (tests.support.caches)."""
+    return make_shared(tmp_path_factory.mktemp("shared-caches"))
+
+
+@pytest.fixture
+def cached_tmp(fast_tmp, shared_caches):
+    """``fast_tmp`` whose searches reuse the session's compiled kernels and references: for
+    tests that search, not for tests of the caches themselves."""
+    return link_caches(fast_tmp, shared_caches)
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from autotune.bench.run import BenchError, run_bench
 from autotune.bench.runners import Runner
 from autotune.bench.table import format_table
 from search_spaces import load_workload
+from tests.support.caches import link_caches
 from tests.support.skips import require
 
 DIMS = {"N": 12, "C": 8}
@@ -26,10 +27,10 @@ def tiny():
 
 
 @pytest.fixture(scope="module")
-def searched(tmp_path_factory):
+def searched(tmp_path_factory, shared_caches):
     """One bench run that searches first (budget 4) into a fresh database."""
     require("jax")
-    root = tmp_path_factory.mktemp("bench")
+    root = link_caches(tmp_path_factory.mktemp("bench"), shared_caches)
     db = root / "plans.sqlite"
     res = run_bench(tiny(), "cpu", peers=("jax", "torch"), rounds=2, db=db, search_budget=4,
                     greedy_timeout_s=120, out_dir=root / "results", command="autotune bench x")

@@ -29,8 +29,8 @@ def test_dims_lists_are_every_combination_in_order():
             parse_dims_list(bad)
 
 
-def test_a_list_of_shapes_is_searched_in_order_and_serves_the_shapes_between(fast_tmp):
-    path = fast_tmp / "p.sqlite"
+def test_a_list_of_shapes_is_searched_in_order_and_serves_the_shapes_between(cached_tmp):
+    path = cached_tmp / "p.sqlite"
     r = runner.invoke(app, ["search", "trimul_outgoing", "--dims", "N=8,12,C=4", "--budget", "2",
                             "--db", str(path), "--confirm-rounds", "0"])
     assert r.exit_code == 0, r.output

@@ -114,13 +114,13 @@ def test_the_module_bench_checks_and_times_every_contender(fast_tmp, monkeypatch
     assert "autotune torch.compile" in capsys.readouterr().out
 
 
-def test_autotune_bench_module_runs_the_model_after_the_plan_bench(fast_tmp):
+def test_autotune_bench_module_runs_the_model_after_the_plan_bench(cached_tmp):
     """`autotune bench trimul_outgoing --module` at two tiny N: each shape's plan bench, then the
     pair-stack step with the drop-in modules and the reference, one process, one JSON object."""
     from typer.testing import CliRunner
 
     from autotune.cli.app import app
-    out, db = fast_tmp / "results", str(fast_tmp / "p.sqlite")
+    out, db = cached_tmp / "results", str(cached_tmp / "p.sqlite")
     r = CliRunner().invoke(app, ["bench", "trimul_outgoing", "--dims", "N=8,12,C=4", "--module",
                                  "--peers", "torch", "--rounds", "1", "--greedy-timeout", "0",
                                  "--search-budget", "2", "--db", db, "--out", str(out),

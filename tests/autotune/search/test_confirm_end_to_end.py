@@ -20,8 +20,8 @@ DIMS = "N=16,C=8"
 runner = CliRunner()
 
 
-def test_a_cpu_search_caches_the_winner_of_its_confirmation(tmp_path):
-    path = tmp_path / "p.sqlite"
+def test_a_cpu_search_caches_the_winner_of_its_confirmation(cached_tmp):
+    path = cached_tmp / "p.sqlite"
     r = runner.invoke(app, ["search", "trimul_outgoing", "--dims", DIMS, "--budget", "6",
                             "--confirm-rounds", "3", "--db", str(path)])
     assert r.exit_code == 0, r.output

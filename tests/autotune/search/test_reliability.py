@@ -24,6 +24,7 @@ from autotune.cli.app import app
 from autotune.search.storage import open_storage
 from autotune.search.shared import _create_study_once
 from tests.support import load_script
+from tests.support.caches import link_caches
 from tests.support.skips import extra_reason
 
 reliability = load_script("reliability")
@@ -32,8 +33,9 @@ runner = CliRunner()
 
 
 @pytest.mark.slow
-def test_kill_9_at_random_moments_loses_nothing_and_resumes(tmp_path):
-    figures = reliability.kills(5, tmp_path, seed=7, log=lambda *a: None)
+def test_kill_9_at_random_moments_loses_nothing_and_resumes(tmp_path, shared_caches):
+    figures = reliability.kills(5, link_caches(tmp_path, shared_caches), seed=7,
+                                log=lambda *a: None)
     assert figures["survived"] == 5 and figures["trials_lost"] == 0
     assert figures["trials_changed"] == 0
     assert figures["kills_with_trials_in_db"] >= 2, figures["records"]   # kills mid-search
@@ -41,8 +43,9 @@ def test_kill_9_at_random_moments_loses_nothing_and_resumes(tmp_path):
 
 
 @pytest.mark.slow
-def test_four_concurrent_searches_on_one_database(tmp_path):
-    figures = reliability.concurrent(tmp_path, budget=6, log=lambda *a: None)
+def test_four_concurrent_searches_on_one_database(tmp_path, shared_caches):
+    figures = reliability.concurrent(link_caches(tmp_path, shared_caches), budget=6,
+                                     log=lambda *a: None)
     assert figures["all_finished"] and figures["trials_lost"] == 0
     assert figures["trials_in_db"] == figures["trials_reported"] >= 4 * 6 - 6
     same = next(d for d in figures["per_workload"] if d["processes"] == 2)
@@ -50,8 +53,9 @@ def test_four_concurrent_searches_on_one_database(tmp_path):
 
 
 @pytest.mark.slow
-def test_three_workers_share_one_study_through_a_journal_file(tmp_path):
-    figures = reliability.shared(tmp_path, workers=3, budget=10, log=lambda *a: None)
+def test_three_workers_share_one_study_through_a_journal_file(tmp_path, shared_caches):
+    figures = reliability.shared(link_caches(tmp_path, shared_caches), workers=3, budget=10,
+                                 log=lambda *a: None)
     assert figures["optuna_trials"] == figures["distinct_numbers"] == 10
     assert figures["plan_db_rows"] == 10 and figures["duplicates"] == 0
     assert figures["lost"] == 0 and sum(figures["trials_per_worker"]) == 10
@@ -175,11 +179,11 @@ def postgres_url():
 
 
 @pytest.mark.slow
-def test_workers_share_one_study_through_postgresql(postgres_url, tmp_path):
+def test_workers_share_one_study_through_postgresql(postgres_url, tmp_path, shared_caches):
     """Three `autotune search` processes on one study through the server: exactly the budget
     run, none twice, each trial in the plan database (bench/reliability.py's shared check)."""
-    figures = reliability.shared(tmp_path, workers=3, budget=8, log=lambda *a: None,
-                                 storage=postgres_url)
+    figures = reliability.shared(link_caches(tmp_path, shared_caches), workers=3, budget=8,
+                                 log=lambda *a: None, storage=postgres_url)
     assert figures["optuna_trials"] == figures["plan_db_rows"] == 8
     assert figures["distinct_numbers"] == 8
     assert figures["duplicates"] == 0 and figures["lost"] == 0

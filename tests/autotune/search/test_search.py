@@ -38,6 +38,7 @@ from search_spaces.candidate import Candidate
 from search_spaces.plans import named_plan
 from search_spaces.space import SearchSpace
 
+from tests.support.caches import link_caches
 from tests.support.skips import GPU_PRESENT_SKIP
 
 DIMS = {"N": 16, "C": 8}
@@ -88,8 +89,8 @@ def assert_best_is_min_ok(db: PlanDB, key: PlanKey) -> BestPlan:
 # ---- 1. a search through the library ----------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def lib_search(w, tmp_path_factory):
-    path = tmp_path_factory.mktemp("lib") / "p.sqlite"
+def lib_search(w, tmp_path_factory, shared_caches):
+    path = link_caches(tmp_path_factory.mktemp("lib"), shared_caches) / "p.sqlite"
     seen = []
     result = run_search(w, "cpu", db=path, config=LIB_CONFIG,
                         on_trial=lambda p: seen.append(p.done))
@@ -285,8 +286,8 @@ def test_load_best_uses_a_plan_cached_under_schema_1_after_migration(w, tmp_path
 # ---- 2. the CLI --------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def cli_search(tmp_path_factory):
-    path = tmp_path_factory.mktemp("cli") / "p.sqlite"
+def cli_search(tmp_path_factory, shared_caches):
+    path = link_caches(tmp_path_factory.mktemp("cli"), shared_caches) / "p.sqlite"
     r = runner.invoke(app, ["search", "trimul_outgoing", "--dims", DIMS_CLI, "--budget", "6",
                             "--db", str(path), "--confirm-rounds", "0"])
     return path, r
@@ -397,8 +398,8 @@ def _count(path: Path) -> int:
         return 0
 
 
-def test_killed_search_resumes(w, tmp_path):
-    path = tmp_path / "p.sqlite"
+def test_killed_search_resumes(w, tmp_path, shared_caches):
+    path = link_caches(tmp_path, shared_caches) / "p.sqlite"
     cmd = [sys.executable, "-m", "autotune.cli", "search", "trimul_outgoing", "--dims",
            DIMS_CLI, "--db", str(path), "--confirm-rounds", "0", "--budget"]
     errlog = open(tmp_path / "stderr.txt", "w+")
