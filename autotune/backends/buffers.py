@@ -13,6 +13,7 @@ are the caller's.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 import numpy as np
 
@@ -48,6 +49,15 @@ def aligned_empty(shape, dtype, align: int = ALIGN) -> np.ndarray:
     dtype = np.dtype(dtype)
     count = int(np.prod(shape, dtype=np.int64))
     return aligned_bytes(count * dtype.itemsize, align).view(dtype).reshape(shape)
+
+
+def in_layout(shape, perm, alloc: Callable):
+    """(storage, logical view) of a tensor of logical ``shape`` stored in ``perm`` order
+    (``storage = logical.transpose(perm)``): ``alloc(stored_shape)`` makes the storage (aligned
+    host memory, a pooled buffer's view, a device array), the logical view is its transpose by
+    the inverse permutation.  One place for what every plan and binding of both backends does."""
+    store = alloc([shape[d] for d in perm])
+    return store, store.transpose(tuple(int(p) for p in np.argsort(perm)))
 
 
 def aligned_full(shape, value, dtype, align: int = ALIGN) -> np.ndarray:

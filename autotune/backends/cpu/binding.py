@@ -23,7 +23,7 @@ import numpy as np
 from search_spaces.partition import constant_groups
 
 from autotune.backends.bound import check_activations, check_binding
-from autotune.backends.buffers import aligned_empty
+from autotune.backends.buffers import aligned_empty, in_layout
 from autotune.backends.cpu.staging import Staging
 
 T = TypeVar("T")
@@ -82,10 +82,8 @@ class CpuBoundPlan:   # an autotune.backends.bound.BoundPlan
             return
         for t in sorted(tensors):
             shape = plan.w.shapes[t]
-            perm = plan.cand.layout(t, len(shape))
-            store = aligned_empty([shape[d] for d in perm], plan.dtype)
-            prep.storage[t] = store
-            prep.logical[t] = store.transpose(np.argsort(perm))
+            prep.storage[t], prep.logical[t] = in_layout(
+                shape, plan.cand.layout(t, len(shape)), lambda s: aligned_empty(s, plan.dtype))
         env = {**plan.logical, **self.params, **prep.logical}
         storage = {**plan.storage, **self.params, **prep.storage}
         for g in plan.groups:

@@ -23,7 +23,7 @@ from search_spaces.workload import Workload
 from autotune import threads
 from autotune.backends.base import (WARM_UP_S, Arrays, BufferPool, Cutoff, group_medians,
                                     timed_runs, warm_up)
-from autotune.backends.buffers import aligned_empty, held, owner_refs
+from autotune.backends.buffers import aligned_empty, held, in_layout, owner_refs
 from autotune.backends.cpu.binding import CpuBoundPlan, Prepared, derived
 from autotune.backends.cpu.codegen import generate_units
 from autotune.backends.cpu.compiler import (  # noqa: F401  (the names callers import here)
@@ -130,10 +130,9 @@ class CompiledPlan:
 
     def _place(self, t: str) -> None:
         shape = self.w.shapes[t]
-        perm = self.cand.layout(t, len(shape))
-        store = self._raw[t].view(self.dtype).reshape([shape[d] for d in perm])
-        self.storage[t] = store
-        self.logical[t] = store.transpose(np.argsort(perm))
+        self.storage[t], self.logical[t] = in_layout(
+            shape, self.cand.layout(t, len(shape)),
+            lambda s: self._raw[t].view(self.dtype).reshape(s))
 
     def release(self) -> None:
         """Give the buffers back to the pool; the plan is unusable afterwards.  An output a

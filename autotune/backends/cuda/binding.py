@@ -10,6 +10,7 @@ import numpy as np
 from search_spaces.partition import constant_groups
 
 from autotune.backends.bound import check_activations, check_binding
+from autotune.backends.buffers import in_layout
 
 
 class CudaBoundPlan:   # an autotune.backends.bound.BoundPlan
@@ -27,10 +28,9 @@ class CudaBoundPlan:   # an autotune.backends.bound.BoundPlan
         folded = {m for g in plan.groups if g.anchor in self.skip for m in g.members}
         for t in sorted(folded & plan.materialized):
             shape = w.shapes[t]
-            perm = plan.cand.layout(t, len(shape))
-            store = rt.xp.empty([shape[d] for d in perm], dtype=plan.dtype)
-            self.storage[t] = store
-            self.logical[t] = store.transpose(tuple(int(p) for p in np.argsort(perm)))
+            self.storage[t], self.logical[t] = in_layout(
+                shape, plan.cand.layout(t, len(shape)),
+                lambda s: rt.xp.empty(s, dtype=plan.dtype))
         if self.skip:
             env = {**plan.logical, **self.params, **self.logical}
             storage = {**plan.storage, **self.params, **self.storage}

@@ -37,6 +37,7 @@ from search_spaces.rewrite import rewritten
 from search_spaces.workload import Workload
 
 from autotune.backends.base import Arrays, Cutoff, timed_runs
+from autotune.backends.buffers import in_layout
 from autotune.backends.cuda.binding import CudaBoundPlan
 from autotune.backends.cuda.codegen import check_limits, generate_cuda
 from autotune.backends.cuda.gemm import GemmCall, Mat, mat3, plan_gemm
@@ -82,10 +83,8 @@ class CudaPlan:
         self.logical: dict[str, object] = {}
         for t in sorted(mats | set(w.outputs)):
             shape = w.shapes[t]
-            perm = cand.layout(t, len(shape))
-            store = xp.empty([shape[d] for d in perm], dtype=self.dtype)
-            self.storage[t] = store
-            self.logical[t] = store.transpose(tuple(int(p) for p in np.argsort(perm)))
+            self.storage[t], self.logical[t] = in_layout(
+                shape, cand.layout(t, len(shape)), lambda s: xp.empty(s, dtype=self.dtype))
         self._gemm_plans: dict[str, tuple] = {}
 
     # ---- running ---------------------------------------------------------------------------
