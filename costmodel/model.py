@@ -45,7 +45,7 @@ def line_waste(shape, perm, box) -> float:
     return LINE_ELEMS / min(max(run, 1), LINE_ELEMS)
 
 
-_MEMO = GroupMemo()   # loop groups' prices, reused by candidates that price them alike
+_MEMO = GroupMemo()   # loop and kernel groups' prices, reused by candidates that price them alike
 
 
 def estimate(w: Workload, cand: Candidate, dev: DeviceSpec) -> CostEstimate:
@@ -69,7 +69,10 @@ def estimate(w: Workload, cand: Candidate, dev: DeviceSpec) -> CostEstimate:
         elif sched.impl == IMPL_LIBRARY:
             out.append(_library_group(w, g, layout_of, dev, item))
         elif sched.impl == IMPL_KERNEL:
-            out.append(kernel_group(w, g, fused, sched.kernel, layout_of, dev, item))
+            out.append(_MEMO.price(
+                ("kernel", w.hash, dev, item, g, frozenset(fused), sched.kernel), layout_of,
+                frozenset(), lambda lay, _, g=g, k=sched.kernel: kernel_group(
+                    w, g, fused, k, lay, dev, item)))
         elif sched.chain_block:
             out.append(chain_group(w, chains[g.anchor], sched.chain_block, sched.tiles,
                                    layout_of, mats, dev, item))

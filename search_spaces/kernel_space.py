@@ -87,9 +87,10 @@ def ask_kernel_fusions(w: Workload, edges, forbid, force, impl: dict[str, str],
     for epilogue in (True, False):
         for p, c in edges:
             kern, other = (p, c) if epilogue else (c, p)
-            legal = epilogue_of(w, p, c) if epilogue else prologue_of(w, p, c)
             if impl.get(kern) != IMPL_KERNEL or (p, c) in forbid or other in taken \
-                    or kern in paired or legal is None or outside_force(other, (p, c)):
+                    or kern in paired or outside_force(other, (p, c)):
+                continue
+            if (epilogue_of(w, p, c) if epilogue else prologue_of(w, p, c)) is None:
                 continue
             if (p, c) in force or choose(f"fuse:{p}->{c}", [0, 1]):
                 out.append((p, c))
