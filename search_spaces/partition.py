@@ -4,8 +4,9 @@ Semantics: fusing the edge p->c puts p into c's group; a group is a connected se
 fused edges and runs as one loop nest hosted by its anchor, the group's single sink.  Every other
 member is evaluated inside the anchor's tiles (a prologue, or for a contraction feeding an
 elementwise anchor, an epilogue).  A tensor read outside the group that computes it is
-materialized.  Legal groups are convex (no path leaves the group and re-enters it) and have one
-sink (sibling ops with no consumer in the group cannot share one loop nest).
+materialized.  Legal groups are convex (no path leaves the group and re-enters it), have one
+sink (sibling ops with no consumer in the group cannot share one loop nest), and read each other
+without a cycle (groups run one after another).
 """
 from __future__ import annotations
 
@@ -54,7 +55,8 @@ def check_partition(w: Workload, fused: set[tuple[str, str]]) -> str | None:
     for p, c in fused:
         if p not in ops or c not in ops or c not in w.consumers.get(p, ()):
             return f"{p}->{c} is not an edge between ops"
-    for comp in _components(w, fused):
+    comps = _components(w, fused)
+    for comp in comps:
         members = set(comp)
         sinks = [m for m in comp if not any(c in members for c in w.consumers[m])]
         if len(sinks) != 1:
@@ -67,6 +69,27 @@ def check_partition(w: Workload, fused: set[tuple[str, str]]) -> str | None:
                 if w.descendants[c] & members:
                     return f"group {{{', '.join(comp)}}} is not convex: {m}->{c} leaves it " \
                            f"and a path from {c} comes back"
+    return _group_cycle(w, comps)
+
+
+def _group_cycle(w: Workload, comps: list[list[str]]) -> str | None:
+    """Why the groups cannot run in any order (two or more of them read each other), or None.
+    Convex groups are not enough: {kf, kv, num} and {qf, z, den} of a linear attention are
+    each convex, but num reads qf of the second and z reads kf of the first."""
+    owner = {m: k for k, comp in enumerate(comps) for m in comp}
+    deps = {k: {owner[t] for m in comp for t in w.op(m).inputs() if t in owner} - {k}
+            for k, comp in enumerate(comps)}
+    left = set(deps)
+    while left:
+        ready = {k for k in left if not deps[k] & left}
+        if not ready:
+            # name the groups on cycles: drop, too, those nothing left reads
+            while dropped := {k for k in left if not any(k in deps[j] for j in left)}:
+                left -= dropped
+            stuck = sorted(left, key=lambda k: comps[k][0])
+            names = "; ".join("{" + ", ".join(comps[k]) + "}" for k in stuck)
+            return f"groups {names} read each other: no order runs them (a cycle of groups)"
+        left -= ready
     return None
 
 

@@ -87,6 +87,38 @@ def test_a_group_with_two_sinks_is_rejected():
     assert why is not None and "2 sinks" in why
 
 
+# two chains that cross: p -> r -> u and q -> s -> v, with q -> u and p -> v across them
+CROSS = ("p[i,j] = exp(x[i,j])\n"
+         "q[i,j] = x[i,j] + 1.0\n"
+         "r[i,j] = p[i,j] * 2.0\n"
+         "s[i,j] = q[i,j] * 3.0\n"
+         "u[i,j] = q[i,j] * r[i,j]\n"
+         "v[i,j] = p[i,j] + s[i,j]\n"
+         "t[i,j] = u[i,j] - v[i,j]\n")
+
+
+def test_convex_groups_that_read_each_other_are_rejected():
+    # {p, r, u} (p->r->u) reads q; {q, s, v} (q->s->v) reads p: each group is convex (nothing
+    # that leaves it comes back to it), yet neither can run first.  A linear attention written
+    # by a user had this shape ({kf, kv, num} and {qf, z, den}) and its search stopped on it.
+    w = workload(CROSS, ["t"])
+    fused = {("p", "r"), ("r", "u"), ("q", "s"), ("s", "v")}
+    why = check_partition(w, fused)
+    assert why is not None and "cycle" in why and "\n" not in why
+    assert "{p, r, u}" in why and "{q, s, v}" in why and "{t}" not in why
+    assert check_partition(w, {("p", "r"), ("r", "u"), ("q", "s")}) is None
+    # every partition the enumeration calls legal has a run order
+    parts = legal_partitions(w)
+    assert frozenset(fused) not in parts
+    for part in parts:
+        order = groups(w, set(part))
+        seen: set[str] = set()
+        for g in order:
+            reads = {t for m in g.members for t in w.op(m).inputs()} - set(g.members) - {"x"}
+            assert reads <= seen, (part, g)
+            seen |= set(g.members)
+
+
 def test_a_fused_pair_that_is_not_an_edge_is_rejected():
     w = workload(DIAMOND, ["d"])
     assert "not an edge" in check_partition(w, {("a", "d")})
