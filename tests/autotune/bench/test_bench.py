@@ -186,3 +186,20 @@ def test_cli_bench_and_plot(searched, tmp_path):
     for f in ("history.png", "predicted_vs_measured.png", "bench.png"):
         assert (tmp_path / "p" / f).read_bytes().startswith(PNG)
     assert "Spearman's rho" in r.stdout
+
+
+def test_the_floor_counts_a_product_at_its_order_of_fewest_flops():
+    # r[b,o] += x[b,i] * w[o,i,j] * z[b,j]: 2*B*O*I*J flops as written, but (x.z).w needs
+    # B*I*J + 2*B*I*J*O - the floor must not sit above the plans that split it
+    from costmodel.devices import CPU_DEFAULT
+    from autotune.bench.roofline import floor_of
+    from search_spaces import parse_workload
+    text = ('name = "bilinear"\noutputs = ["r"]\nprogram = """\n'
+            'r[b,o] += x[b,i] * w[o,i,j] * z[b,j]\n"""\n[dims]\nB = 16\nI = 8\nJ = 8\nO = 32\n'
+            '[inputs]\nx = ["B", "I"]\nw = ["O", "I", "J"]\nz = ["B", "J"]\n')
+    w = parse_workload(text, "bilinear.toml")
+    as_written = w.flops()
+    fl = floor_of(w, CPU_DEFAULT)
+    assert fl["useful_flops"] < as_written
+    assert fl["useful_flops"] == 16 * 8 * 8 + 2 * 16 * 8 * 8 * 32
+    assert fl["compute_s"] == pytest.approx(fl["useful_flops"] / CPU_DEFAULT.f32_flops)
