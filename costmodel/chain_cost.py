@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from search_spaces.chain import WALKED, Chain
-from search_spaces.chain_mask import mask_of, skipped_fraction
+from search_spaces.chain_mask import masks_of, skipped_fraction
 from search_spaces.chain_walk import walk_innermost, walks_strided
 from search_spaces.footprint import tile_dealing, tile_sizes
 
@@ -73,10 +73,10 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
     acc = chain_buffer_elems(chain, block, anchor, tiles) - block * (len(chain.scores) + 2)
     # blocks a where() mask covers are skipped (search_spaces.chain_mask): the walk's work
     # shrinks by their share, the rest (epilogue, writes) does not
-    mask = mask_of(w, chain)
-    kept = 1.0 - (skipped_fraction(mask, tuple((c, e) for c, e in ext.items()
-                                               if c.startswith("r")), chain.extent, block)
-                  if mask is not None else 0.0)
+    masks = masks_of(w, chain)
+    kept = 1.0 - (skipped_fraction(masks, tuple((c, e) for c, e in ext.items()
+                                                if c.startswith("r")), chain.extent, block)
+                  if masks else 0.0)
     flops = recomputed = trans = compute_s = 0.0
     moved = unique = 0.0
     seen: set[str] = set()

@@ -8,7 +8,10 @@ A chain over a reduced index ``j`` is found from the algebra of the ops, never t
   can be rescaled as the max grows;
 * ``l[R] += p[R,j] * g``: a sum over ``j`` alone, linear in ``p`` (``g`` reads no chain tensor);
 * optionally ``a[R,j] = p[R,j] / l[R]`` (the normalised weights; their sums divide by the final
-  ``l``) and one contraction ``o[R,D] += p[R,j] * v[...]`` (or of ``a``), again linear;
+  ``l``) and one contraction ``o[R,D] += p[R,j] * v[...]`` (or of ``a``), again linear; a factor
+  of it that reads the final ``l`` or ``m`` at its rows and nothing that varies with ``j``
+  (``o += p * v / l``) is the same for every ``j``: it is taken out of the sum and applied to
+  the result after the walk (``Chain.outer``);
 * optionally one elementwise epilogue reading only the final ``m``, ``l``, ``o`` and inputs
   (``out = o / l``, a log-sum-exp ``m + log(l)``);
 * the score ops that only feed ``X`` over exactly ``(R, j)`` (the scores and their mask).
@@ -23,7 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .ir import Access, Binary, Call, Op, Pow, accesses, rename, to_text
+from .ir import Access, Binary, Call, Expr, Op, Pow, accesses, rename, to_text
+from .orders import times
 from .partition import check_partition, groups
 from .space_spec import edges_of
 from .workload import Workload
@@ -46,10 +50,26 @@ class Chain:
     extent: int                      # of the walked index
     names: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]   # op -> (its index -> common)
     edges: tuple[tuple[str, str], ...]     # producer->consumer edges between members
+    # positions in the contraction's factors (Op.factors) of those taken out of its sum: they
+    # read the final max or sum at the contraction's rows and nothing walked
+    outer: tuple[int, ...] = ()
 
     def common(self, op: str) -> dict[str, str]:
         """``op``'s domain index names -> the chain's common names."""
         return dict(dict(self.names)[op])
+
+    def contraction_parts(self, op: Op) -> tuple[Expr, Expr | None]:
+        """The contraction ``op``'s body without its outer factors (what the walk sums), and
+        the product of those (applied to the sum after the walk), or None."""
+        if not self.outer:
+            return op.expr, None
+        inner = outer = None
+        for k, f in enumerate(op.factors()):
+            if k in self.outer:
+                outer = times(outer, f)
+            else:
+                inner = times(inner, f)
+        return inner, outer
 
     def text(self) -> str:
         """One line for ``explain``: the members and their roles."""
@@ -88,15 +108,37 @@ def _common_text(e, names: dict[str, str]) -> str | None:
         return None
 
 
-def _linear_in(op: Op, tensors: set[str], forbidden: set[str]) -> Access | None:
+def _linear_in(op: Op, tensors: set[str], forbidden: set[str],
+               skip: tuple[int, ...] = ()) -> Access | None:
     """The one factor of ``op``'s product that reads one of ``tensors``, if the other factors
-    read nothing in ``forbidden`` (so the sum is linear in it), else None."""
+    (but those at positions ``skip``) read nothing in ``forbidden`` (so the sum is linear in
+    it), else None."""
     hits, rest = [], []
-    for f in op.factors():
+    for k, f in enumerate(op.factors()):
+        if k in skip:
+            continue
         (hits if isinstance(f, Access) and f.tensor in tensors else rest).append(f)
     if len(hits) != 1 or any(a.tensor in forbidden for f in rest for a in accesses(f)):
         return None
     return hits[0]
+
+
+def _outer_factors(w: Workload, op: Op, mp: dict[str, str], stats: set[str],
+                   rows: tuple[str, ...]) -> tuple[int, ...]:
+    """Positions of ``op``'s factors that read one of ``stats`` (the max and sum, final values)
+    each at ``op``'s rows, and otherwise only tensors outside the chain, with no index the
+    walk varies: the same for every walked ``j``, so they can leave the sum."""
+    out = []
+    for k, f in enumerate(op.factors()):
+        accs = accesses(f)
+        if not any(a.tensor in stats for a in accs):
+            continue
+        if any(mp.get(i) == WALKED for a in accs for i in a.idx):
+            continue
+        if all(a.tensor not in stats or [mp.get(i) for i in a.idx] == list(rows)
+               for a in accs):
+            out.append(k)
+    return tuple(out)
 
 
 def detect(w: Workload) -> dict[str, Chain]:
@@ -138,6 +180,8 @@ def _chain_from(w: Workload, mop: Op) -> Chain | None:
     p = pop.out
     chain_t = {m, p}
     lop = aop = oop = None
+    outer: tuple[int, ...] = ()
+    stats = lambda: {m} | ({lop.out} if lop is not None else set())
     for c in sorted(w.consumers[p], key=lambda c: w.op(c).combiner != "sum"):
         cop = w.op(c)
         acc = [a for a in cop.reads() if a.tensor == p]
@@ -146,13 +190,15 @@ def _chain_from(w: Workload, mop: Op) -> Chain | None:
             return None
         if cop.combiner == "sum" and set(cop.reduction) == {i for i, n in mp.items()
                                                             if n == WALKED} \
-                and len(cop.reduction) == 1 \
-                and _linear_in(cop, {p}, chain_t | {p}) is not None:
+                and len(cop.reduction) == 1:
             if set(cop.parallel) <= set(mp) and lop is None:
-                lop = cop
+                lop, skip = cop, ()
             elif oop is None and set(mp) < set(cop.domain):
                 oop = cop
+                skip = outer = _outer_factors(w, cop, mp, stats(), rows)
             else:
+                return None
+            if _linear_in(cop, {p}, chain_t | {p}, skip) is None:
                 return None
         elif cop.combiner == "none" and lop is not None and not cop.reduction \
                 and set(cop.parallel) == set(mp) and _is_norm(cop, p, lop.out, mp, rows):
@@ -170,8 +216,10 @@ def _chain_from(w: Workload, mop: Op) -> Chain | None:
             acc = [a for a in cop.reads() if a.tensor == aop.out]
             mp = _match_map(acc[0], aop, names[aop.out]) if len(acc) == 1 else None
             if oop is not None or mp is None or cop.combiner != "sum" or len(cop.reduction) != 1 \
-                    or mp.get(cop.reduction[0]) != WALKED \
-                    or _linear_in(cop, {aop.out}, chain_t | {aop.out}) is None:
+                    or mp.get(cop.reduction[0]) != WALKED:
+                return None
+            outer = _outer_factors(w, cop, mp, stats(), rows)
+            if _linear_in(cop, {aop.out}, chain_t | {aop.out}, outer) is None:
                 return None
             oop = cop
             names[c] = {**mp, **{i: f"x{k}" for k, i in enumerate(
@@ -182,7 +230,7 @@ def _chain_from(w: Workload, mop: Op) -> Chain | None:
     # with every chain tensor known: the sums read nothing of the chain but their one weight
     weight = {aop.out} if aop is not None else {p}
     if _linear_in(lop, {p}, chain_t) is None or (
-            oop is not None and _linear_in(oop, {p} | weight, chain_t) is None):
+            oop is not None and _linear_in(oop, {p} | weight, chain_t, outer) is None):
         return None
     eop = _epilogue(w, names, chain_t, m, lop, oop)
     scores = _scores(w, mop, pop, names, chain_t)
@@ -204,7 +252,7 @@ def _chain_from(w: Workload, mop: Op) -> Chain | None:
                      aop.out if aop else None, oop.out if oop else None,
                      anchor_op.out if anchor_op else None, mop.extent(mop.reduction[0]),
                      tuple((k, tuple(v.items())) for k, v in names.items() if k in mem),
-                     edges)
+                     edges, outer)
     return None
 
 

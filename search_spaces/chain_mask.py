@@ -3,7 +3,8 @@
 A chain's scores ``X`` (search_spaces.chain), with its elementwise score ops inlined, may be
 ``where(COND, A, c)`` (or ``where(COND, c, A)``) with a constant ``c`` so negative that
 ``exp(c - m)`` is exactly 0 once the running max ``m`` exceeds ``c`` by SKIP_MARGIN: a causal
-mask's ``-1e9`` (or ``-inf``).  A block of the walked index over which COND never selects ``A``
+mask's ``-1e9`` (or ``-inf``); ``A`` may be such a where() again (a band: two conditions), and a
+block that any one of them covers is skipped.  A block of the walked index over which COND never selects ``A``
 (Condition.on_box, for one row) then adds nothing to any sum and leaves the max unchanged, so a
 walk that has already seen such a margin may skip it: the result is the same to the bit.  The
 margin keeps this exact, not approximate: ``exp(-800)`` underflows to 0 in float64 and float32.
@@ -46,31 +47,44 @@ def _const(e) -> float | None:
     return None
 
 
-def mask_of(w: Workload, chain: Chain) -> Mask | None:
-    """The chain's mask, if its scores are a where() with a mask constant in one branch."""
+def masks_of(w: Workload, chain: Chain) -> tuple[Mask, ...]:
+    """The chain's masks, outermost first: its scores are a where() with a mask constant in
+    one branch, and the other branch may be one again (a band is ``where(j - i <= W,
+    where(i - j <= W, s, -1e9), -1e9)``); empty if there is none."""
     x = rename(w.op(chain.max_op).expr, chain.common(chain.max_op))
-    # inline elementwise score ops (a masked copy of the scores, sm = where(j <= i, s, -1e9))
-    while isinstance(x, Access) and x.tensor in chain.scores \
-            and w.op(x.tensor).combiner == "none":
-        op = w.op(x.tensor)
-        x = rename(op.expr, chain.common(x.tensor))
-    if not isinstance(x, Select):
-        return None
-    if not set(x.cond.indices) <= {n for _, names in chain.names for _, n in names
-                                   if n.startswith("r")} | {WALKED}:
-        return None
-    for value, when in ((_const(x.b), False), (_const(x.a), True)):
-        if value is not None and value <= MASK_BELOW:
-            return Mask(x.cond, value, when)
-    return None
+    rows = {n for _, names in chain.names for _, n in names if n.startswith("r")} | {WALKED}
+    out: list[Mask] = []
+    while True:
+        # inline elementwise score ops (a masked copy of the scores, sm = where(j <= i, s, -1e9))
+        while isinstance(x, Access) and x.tensor in chain.scores \
+                and w.op(x.tensor).combiner == "none":
+            x = rename(w.op(x.tensor).expr, chain.common(x.tensor))
+        if not isinstance(x, Select) or not set(x.cond.indices) <= rows:
+            return tuple(out)
+        for value, when, other in ((_const(x.b), False, x.a), (_const(x.a), True, x.b)):
+            if value is not None and value <= MASK_BELOW:
+                out.append(Mask(x.cond, value, when))
+                x = other
+                break
+        else:
+            return tuple(out)
+
+
+def mask_value(masks: tuple[Mask, ...]) -> float:
+    """The largest of the masks' constants: a block one of them covers holds scores of the
+    masks' constants only (an inner mask's block may hold an outer one's), so the walk may
+    skip it once its running max is SKIP_MARGIN above this."""
+    return max(m.value for m in masks)
 
 
 @functools.lru_cache(maxsize=256)
-def skipped_fraction(mask: Mask, rows: tuple[tuple[str, int], ...], extent: int,
+def skipped_fraction(masks: tuple[Mask, ...], rows: tuple[tuple[str, int], ...], extent: int,
                      block: int) -> float:
-    """About which share of the (row, block) pairs of the walk the mask lets it skip: the
-    condition's row indices sampled at up to 16 evenly spaced values (a model, not a count)."""
-    used = [(r, e) for r, e in rows if r in mask.cond.indices]
+    """About which share of the (row, block) pairs of the walk one of the masks lets it skip:
+    the conditions' row indices sampled at up to 16 evenly spaced values (a model, not a
+    count)."""
+    cond_idx = {i for m in masks for i in m.cond.indices}
+    used = [(r, e) for r, e in rows if r in cond_idx]
     grids = [sorted({round(k * (e - 1) / 15) for k in range(16)}) for _, e in used]
     points = [dict()]
     for (r, _), grid in zip(used, grids):
@@ -81,7 +95,7 @@ def skipped_fraction(mask: Mask, rows: tuple[tuple[str, int], ...], extent: int,
             box = {r: (v, v) for r, v in p.items()}
             box[WALKED] = (jb, min(jb + block, extent) - 1)
             total += 1
-            skipped += mask.cond.on_box(box) is mask.masked_when
+            skipped += any(m.cond.on_box(box) is m.masked_when for m in masks)
     return skipped / total if total else 0.0
 
 

@@ -199,8 +199,10 @@ CHAIN_ROWS = 16    # rows per tile along each row dim
 def chained_plan(space: SearchSpace) -> Candidate:
     """The heuristic plan with every online-softmax chain of the space turned on (blocks of
     about CHAIN_BLOCK, rows tiled by CHAIN_ROWS, the contraction's free dims whole so the rows'
-    walk is not repeated): what ``explain --plan chained`` shows, and a fair first guess."""
-    orders = space.best_orders()
+    walk is not repeated): what ``explain --plan chained`` shows, and a fair first guess.  A
+    chain's own product statements stay unsplit (``o += p * v / l``: split, it is no chain)."""
+    inchain = {m for ch in space.chains.values() for m in ch.members}
+    orders = tuple((stmt, t) for stmt, t in space.best_orders() if stmt not in inchain)
     sub = space.variant(orders)
     base = _named(sub, "heuristic")
     w = sub.w
@@ -209,6 +211,8 @@ def chained_plan(space: SearchSpace) -> Candidate:
         kind, _, rest = name.split("@", 1)[0].partition(":")
         if kind == "chain":
             return 1
+        if kind == "order":
+            return opts[-1]           # a chain's statement (the others are split already)
         if kind == "chain_block":
             return min(opts, key=lambda b: abs(b - CHAIN_BLOCK))
         if kind == "stack":

@@ -4,8 +4,8 @@ Inside one anchor tile the chain runs row by row: per row it walks the reduced i
 evaluating the score ops into block buffers (``S_<op>``), then the block's max, the rescale
 factor ``exp(m_old - m_new)`` applied to the running sum and the contraction's accumulators
 (``ACC``, one per free index point of the tile), the block's exponentials (``PB``), and their
-sums.  At the end the accumulators are divided by the sum where the chain normalises, the
-max, sum and contraction are written where something outside reads them, and the epilogue
+sums.  At the end the accumulators are divided by the sum where the chain normalises (and
+multiplied by the contraction's factors that are constant over the walk, ``/ l``), the max, sum and contraction are written where something outside reads them, and the epilogue
 writes the anchor.  The scores and exponentials never leave the block buffers.  Where a
 where() mask covers a whole block of a row (search_spaces.chain_mask), the block is skipped.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 from search_spaces.chain import WALKED, Chain
-from search_spaces.chain_mask import SKIP_MARGIN, c_never, mask_of
+from search_spaces.chain_mask import SKIP_MARGIN, c_never, mask_value, masks_of
 from search_spaces.chain_walk import walk_innermost
 from search_spaces.ir import Access
 
@@ -45,7 +45,7 @@ class ChainLoops:
         self.rows = [c for c in self.adims if c.startswith("r")]
         self.free = [(k, c) for k, c in enumerate(self.adims) if c.startswith("x")]
         self.acc_size = math.prod(self.eff[k] for k, _ in self.free)
-        self.mask = mask_of(self.w, chain)
+        self.masks = masks_of(self.w, chain)
 
     # ---- pieces ------------------------------------------------------------------------------
     def cvars(self, op: str) -> dict[str, str]:
@@ -132,16 +132,30 @@ class ChainLoops:
         out.append(f"{ind}{T} m_run = {self.neg_inf}, l_run = 0;")
         if ch.contraction:
             out += self.dnest(f"ACC[{self.dpos()}] = 0;", ind)
-        out.append(f"{ind}for ({self.itype} jb = 0; jb < {J}; jb += {B}) {{")
-        ind += "  "
-        out.append(f"{ind}const {self.itype} je = jb + {B} < {J} ? jb + {B} : {J};")
-        if self.mask is not None:
-            # a block the mask covers adds exp(c - m) == 0 to every sum once the running max
-            # is SKIP_MARGIN above the mask constant c: skipping it is exact
-            never = c_never(self.mask, lambda c: f"c_{c}", "jb", "(je - 1)", self.n)
-            value = self.neg_inf if math.isinf(self.mask.value) else \
-                f"(({T}){self.mask.value!r})"
-            out.append(f"{ind}if (m_run - {value} > (({T}){SKIP_MARGIN!r}) && {never}) "
+        I = self.itype
+        if self.masks:
+            # a block a mask covers adds exp(c - m) == 0 to every sum once the running max
+            # is SKIP_MARGIN above the masks' constants c: skipping it is exact.  The walk
+            # starts at the row's first block no mask covers and wraps around, so that the
+            # covered blocks before it (a band's, a window's) come after a real max too
+            never = " || ".join(c_never(m, lambda c: f"c_{c}", "jb", "(je - 1)", self.n)
+                                for m in self.masks)
+            nb = self.n(-(-ch.extent // self.block))
+            out.append(f"{ind}{I} b0 = 0;")
+            out.append(f"{ind}for (; b0 + 1 < {nb}; ++b0) {{ const {I} jb = b0 * {B}; "
+                       f"const {I} je = jb + {B} < {J} ? jb + {B} : {J}; "
+                       f"if (!({never})) break; }}")
+            out.append(f"{ind}for ({I} bk = 0; bk < {nb}; ++bk) {{")
+            ind += "  "
+            out.append(f"{ind}const {I} jb = ((bk + b0) % {nb}) * {B};")
+        else:
+            out.append(f"{ind}for ({I} jb = 0; jb < {J}; jb += {B}) {{")
+            ind += "  "
+        out.append(f"{ind}const {I} je = jb + {B} < {J} ? jb + {B} : {J};")
+        if self.masks:
+            top = mask_value(self.masks)
+            value = self.neg_inf if math.isinf(top) else f"(({T}){top!r})"
+            out.append(f"{ind}if (m_run - {value} > (({T}){SKIP_MARGIN!r}) && ({never})) "
                        f"continue;")
         for t in ch.scores:
             self.subst = {s: f"S_{s}[c_{WALKED} - jb]" for s in ch.scores}
@@ -166,7 +180,8 @@ class ChainLoops:
         if ch.contraction:
             if ch.norm_op:
                 self.subst[ch.norm_op] = f"PB{blk}"     # p / l: divided by the final l below
-            o = self.expr(w.op(ch.contraction).expr, self.cvars(ch.contraction))
+            inner, _ = ch.contraction_parts(w.op(ch.contraction))
+            o = self.expr(inner, self.cvars(ch.contraction))
             if self.free and self.walk_innermost(ch.contraction, self.free[-1][1]):
                 # each accumulator a dot product over the block, the walk vectorised
                 walk = "\n".join(self.jloop(ind + "  ", f"_a += {o};", self.simd_sum))
@@ -188,6 +203,11 @@ class ChainLoops:
         if ch.contraction and ch.norm_op and any(
                 a.tensor == ch.norm_op for a in self.w.op(ch.contraction).reads()):
             out += self.dnest(f"{acc} /= l_run;", ind)
+        _, outer = ch.contraction_parts(self.w.op(ch.contraction)) if ch.contraction else (0, None)
+        if outer is not None:
+            # the factors constant over the walk (``/ l``), on the final max and sum
+            self.subst = {ch.max_op: "m_run", ch.sum_op: "l_run"}
+            out += self.dnest(f"{acc} *= {self.expr(outer, self.cvars(ch.contraction))};", ind)
         # the max and sum are the same in every tile of the free dims: one of them writes
         once = " && ".join(f"b{k} == 0" for k, _ in self.free) or "1"
         for t, val in ((ch.max_op, "m_run"), (ch.sum_op, "l_run")):

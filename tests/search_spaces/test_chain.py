@@ -16,10 +16,11 @@ from costmodel.devices import preset
 from search_spaces import load_workload, parse_workload
 from search_spaces.candidate import Candidate, GroupSchedule
 from search_spaces.chain import detect
+from search_spaces.ir import accesses, to_text
 from search_spaces.plans import chained_plan, named_plan
 from search_spaces.space import SPACE_VERSION, SearchSpace, TileBounds
 from search_spaces.answers import params_of
-from tests.support.chains import BROKEN, biased, broken, lse, plain
+from tests.support.chains import BROKEN, biased, broken, inline, lse, plain
 
 
 def test_attention_chain_has_every_role(small):
@@ -47,6 +48,20 @@ def test_chains_written_only_here():
             c2.epilogue) == (("s", "t"), "mx", "e", "z", None, "u", "y")
     (c3,) = detect(plain()).values()
     assert (c3.anchor, c3.norm_op, c3.contraction) == ("r", None, "o")
+
+
+def test_factors_of_the_final_sum_leave_the_walk():
+    # o += p * v * g[d] / sqrt(l[i] * exp(m[i] - m[i])): the last factor reads the final sum
+    # and max at the rows only, the same for every j: applied after the walk, not in it
+    w = inline()
+    (ch,) = detect(w).values()
+    assert (ch.anchor, ch.contraction, ch.outer) == ("o", "o", (3,))
+    inner, outer = ch.contraction_parts(w.op("o"))
+    assert {a.tensor for a in accesses(inner)} == {"p", "v", "g"} and "/" not in to_text(inner)
+    assert {a.tensor for a in accesses(outer)} == {"l", "m"}
+    # the chained plan keeps the three-factor statement unsplit, so the chain is on
+    cand = chained_plan(SearchSpace(w))
+    assert cand.orders == () and any(s.chain_block for s in cand.schedules)
 
 
 @pytest.mark.parametrize("key", list(BROKEN))

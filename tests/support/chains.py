@@ -38,6 +38,24 @@ l[i]     += p[i,j]
 o[i,d]   += p[i,j] * v[j,d]
 r[i,d]    = o[i,d] / l[i]
 """
+# normalised inside the weighted sum, as users write it: factors of the final sum (and max)
+# at the rows are the same for every j, so the walk sums p * v and applies them after it
+INLINE = """
+m[i]     max= x[i,j]
+p[i,j]    = exp(x[i,j] - m[i])
+l[i]     += p[i,j]
+o[i,d]   += p[i,j] * v[j,d] * g[d] / sqrt(l[i] * exp(m[i] - m[i]))
+"""
+# a local window: two nested where() masks, each a half of the band, the weights normalised
+# inside the weighted sum
+BAND = """
+s[h,i,j]  += q[h,i,c] * k[h,j,c]
+t[h,i,j]   = where(j - i <= 5, where(i - j <= 5, s[h,i,j], -1e9), -1e9)
+m[h,i]   max= t[h,i,j]
+e[h,i,j]   = exp(t[h,i,j] - m[h,i])
+l[h,i]    += e[h,i,j]
+o[h,i,c]  += e[h,i,j] * v[h,j,c] / l[h,i]
+"""
 BROKEN = {
     # the exponential times the score: not exp(X - m)
     "times_score": ("p[i,j]    = exp(x[i,j] - m[i])", "p[i,j] = exp(x[i,j] - m[i]) * x[i,j]"),
@@ -48,8 +66,12 @@ BROKEN = {
                     "m[j] max= x[i,j]\np[i,j] = exp(x[i,j] - m[j])"),
     # a sum that is not linear in the exponentials
     "squared": ("l[i]     += p[i,j]", "l[i] += p[i,j] * p[i,j]"),
-    # a weighted sum that also reads the sum itself: it would need the final l inside the walk
-    "reads_sum": ("o[i,d]   += p[i,j] * v[j,d]", "o[i,d] += p[i,j] * v[j,d] / l[i]"),
+    # a weighted sum that reads the sum at the walked index: not constant over the walk
+    # (N = J in broken()); read at the rows it is (INLINE)
+    "sum_at_walked": ("o[i,d]   += p[i,j] * v[j,d]", "o[i,d] += p[i,j] * v[j,d] / l[j]"),
+    # a factor of the final sum that also varies with j
+    "sum_with_walked": ("o[i,d]   += p[i,j] * v[j,d]",
+                        "o[i,d] += p[i,j] * v[j,d] / (l[i] + x[i,j])"),
     # the exponentials read by an op outside the chain
     "escaping": ("r[i,d]    = o[i,d] / l[i]", "r[i,d] = o[i,d] / l[i] + p[i,d]"),
 }
@@ -88,6 +110,17 @@ def biased(s: int = 21, h: int = 2, c: int = 3, d: int = 3,
 def plain(n: int = 4, j: int = 6, d: int = 3, program: str = PLAIN) -> Workload:
     return chain_workload(program, ["r"], {"N": n, "J": j, "D": d},
                           {"x": ["N", "J"], "v": ["J", "D"]}, "plain")
+
+
+def inline(n: int = 4, j: int = 6, d: int = 3) -> Workload:
+    return chain_workload(INLINE, ["o"], {"N": n, "J": j, "D": d},
+                          {"x": ["N", "J"], "v": ["J", "D"], "g": ["D"]}, "inline")
+
+
+def band(h: int = 2, s: int = 37, c: int = 4) -> Workload:
+    return chain_workload(BAND, ["o"], {"H": h, "S": s, "C": c},
+                          {"q": ["H", "S", "C"], "k": ["H", "S", "C"], "v": ["H", "S", "C"]},
+                          "band")
 
 
 def broken(key: str) -> Workload:

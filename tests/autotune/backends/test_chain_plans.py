@@ -14,7 +14,7 @@ from search_spaces import load_workload
 from search_spaces.chain import WALKED
 from search_spaces.plans import chained_plan
 from search_spaces.space import SearchSpace
-from tests.support.chains import biased, lse, plain
+from tests.support.chains import band, biased, inline, lse, plain
 from tests.support.searches import search_rows
 
 WORKLOADS = {
@@ -27,6 +27,8 @@ WORKLOADS = {
     "biased": biased,
     "plain": lambda: plain(5, 35, 3),
     "causal_long": lambda: load_workload("causal_attention", {"S": 70, "H": 1, "D": 4, "C": 8}),
+    "inline": lambda: inline(5, 35, 3),
+    "band": lambda: band(2, 37, 4),
 }
 
 
@@ -40,6 +42,8 @@ def chain_candidates(w, n_random: int, seed: int = 0):
         def choose(name, opts):
             if name.startswith("chain:"):
                 return 1
+            if name.startswith("order:"):
+                return opts[-1]             # unsplit: a split product statement is no chain
             if name.startswith("chain_block:"):
                 return opts[k % len(opts)]      # every block size in turn
             return opts[int(rng.integers(len(opts)))]
@@ -66,7 +70,8 @@ def test_chained_plans_match_reference(name, tmp_path):
     assert walked == set(offered) and all(extent % b for b in walked)
 
 
-@pytest.mark.parametrize("name", ["attention", "causal_attention", "biased", "lse"])
+@pytest.mark.parametrize("name", ["attention", "causal_attention", "biased", "lse", "inline",
+                                  "band"])
 def test_emulated_cuda_chained_plans_match_reference(name, tmp_path):
     import shutil
     if shutil.which("g++") is None:
@@ -78,8 +83,8 @@ def test_emulated_cuda_chained_plans_match_reference(name, tmp_path):
     emulator = HostEmulator(threads=4)
     space = SearchSpace(w, TileBounds(1, 1024))
     cands = [chained_plan(space)] + [space.build(
-        lambda n, opts, k=k: 1 if n.startswith("chain:") else opts[k % len(opts)])
-        for k in range(2)]
+        lambda n, opts, k=k: 1 if n.startswith("chain:") else opts[-1] if n.startswith(
+            "order:") else opts[k % len(opts)]) for k in range(2)]
     inputs = w.random_inputs(seed=5)
     ref = reference(w, inputs)
     for cand in cands:
