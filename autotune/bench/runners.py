@@ -126,8 +126,8 @@ def stablehlo_text(w: Workload) -> str:
         r = jitted(**dict(zip(names, xs)))
         return tuple(r[o] for o in outs)
     positional.__name__ = f"{w.name}_peer"
-    specs = [jax.ShapeDtypeStruct(shape, np.dtype(w.dtype)) for _, shape in w.inputs]
     with _x64(jax, w):
+        specs = [jax.ShapeDtypeStruct(shape, np.dtype(w.dtype)) for _, shape in w.inputs]
         lowered = jax.jit(positional).lower(*specs)
         try:
             return str(lowered.compiler_ir("stablehlo"))
@@ -152,6 +152,10 @@ def iree_runner(ctx: Context) -> Runner:
     else:
         target, driver = "llvm-cpu", "local-task"
         extra = ["--iree-llvmcpu-target-cpu=host"]
+    if ctx.w.dtype == "float64":
+        # IREE demotes float64 to float32 by default: the module then refuses float64 inputs
+        # and a float64 workload would be timed in float32 against plans that are not
+        extra.append("--iree-input-demote-f64-to-f32=false")
     vmfb = ireec.compile_str(text, target_backends=[target], input_type="stablehlo",
                              extra_args=extra)
     config = ireert.Config(driver)

@@ -127,16 +127,25 @@ def test_wrong_and_failing_contenders_are_reported_not_timed(searched, monkeypat
     assert "WRONG, not timed" in table and "skipped: iree is not installed here" in table
 
 
-def test_iree_peer_matches_reference():
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_iree_peer_matches_reference(dtype):
+    # float64: the module must take float64 inputs (it was lowered as float32 and refused them)
     require("jax")
     require("iree.compiler")
     require("iree.runtime")
     from autotune.backends.base import verify
     from autotune.reference import reference
-    w = tiny()
+    from search_spaces import parse_workload
+    from search_spaces.loader import builtin_text
+    w = tiny() if dtype == "float32" else parse_workload(
+        builtin_text("trimul_outgoing").replace('dtype = "float32"', 'dtype = "float64"'),
+        "trimul64.toml", DIMS)
+    assert w.dtype == dtype
     inputs = w.random_inputs(seed=3)
     r = bench_runners.iree_runner(bench_runners.Context(w, inputs, "cpu", None))
-    err, why = verify(r.to_host(r.call()), reference(w, inputs), w.rtol)
+    out = r.to_host(r.call())
+    assert all(np.asarray(v).dtype == np.dtype(dtype) for v in out.values())
+    err, why = verify(out, reference(w, inputs), w.rtol)
     assert not why, why
     assert "stablehlo" in bench_runners.stablehlo_text(w) and r.detail["target"] == "llvm-cpu"
 
