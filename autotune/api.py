@@ -20,6 +20,7 @@ from search_spaces.workload import Workload
 
 from autotune.backends.base import MeasureSettings, Plan
 from autotune.backends.factory import backend_kind, resolve
+from autotune.cache_dirs import kernels_dir
 from autotune.search.config import SearchConfig, SearchResult
 from autotune.search.loop import search
 
@@ -43,7 +44,7 @@ def space_for(w: Workload, kind: str) -> SearchSpace:
 
 def make_executable(w: Workload, cand: Candidate, kind: str, cache_dir: Path) -> Plan:
     """Compile ``cand`` for the device kind; returns ``fn(**inputs) -> outputs``."""
-    return backend_kind(kind).make_plan(w, cand, cache_dir / "kernels")
+    return backend_kind(kind).make_plan(w, cand, kernels_dir(cache_dir))
 
 
 def run_search(w: Workload, device: str = "cpu", db: str | os.PathLike | None = None,

@@ -21,6 +21,7 @@ from search_spaces.ir import (FUNCTION_VALUES, Access, Binary, Const, Expr, Op, 
                               Unary, index_names)
 from search_spaces.workload import Workload
 
+from autotune.cache_dirs import refs_dir
 from autotune.threads import cores
 
 CHUNK_ELEMS = 1 << 25
@@ -218,7 +219,7 @@ def _last_use(workload: Workload) -> dict[str, int]:
 
 # ---- the reference's cache on disk (a measuring worker's, beside its compiled kernels) ----------
 def reference_path(cache_dir: Path, whash: str, seed: int) -> Path:
-    return cache_dir / "refs" / f"{whash[:32]}-seed{seed}"
+    return refs_dir(cache_dir) / f"{whash[:32]}-seed{seed}"
 
 
 def load_or_compute_reference(w, inputs, cache_dir: Path, seed: int) -> dict[str, np.ndarray]:

@@ -94,19 +94,25 @@ def _group_cycle(w: Workload, comps: list[list[str]]) -> str | None:
 
 
 _GROUPS: dict[tuple, tuple[Group, ...]] = {}   # (workload hash, fused edges) -> groups
+KEPT_MAX = 20_000    # answers kept per cache (a search asks a few thousand)
+
+
+def _kept(cache: dict, key, make):
+    """``cache[key]``, made by ``make()`` the first time; the cache is emptied when full."""
+    done = cache.get(key)
+    if done is None:
+        if len(cache) >= KEPT_MAX:
+            cache.clear()
+        done = cache[key] = make()
+    return done
 
 
 def groups(w: Workload, fused: set[tuple[str, str]]) -> list[Group]:
     """Groups of a legal partition, in an order where every group runs after what it reads
     (kept per workload and partition: a search prices thousands of candidates over a few
     hundred partitions)."""
-    key = (w.hash, frozenset(fused))
-    done = _GROUPS.get(key)
-    if done is None:
-        if len(_GROUPS) >= 20_000:
-            _GROUPS.clear()
-        done = _GROUPS[key] = tuple(_ordered_groups(w, fused))
-    return list(done)
+    return list(_kept(_GROUPS, (w.hash, frozenset(fused)),
+                      lambda: tuple(_ordered_groups(w, fused))))
 
 
 def _ordered_groups(w: Workload, fused: set[tuple[str, str]]) -> list[Group]:
@@ -163,18 +169,14 @@ def repair(w: Workload, wanted: list[tuple[str, str]], forced: list[tuple[str, s
     """The largest prefix-greedy legal subset of ``wanted`` (forced edges first).  Kept per
     workload and request: a search builds thousands of candidates from a few fusion choices,
     and each repair checks the partition once per edge (a quarter of a candidate's build)."""
-    key = (w.hash, tuple(wanted), tuple(forced))
-    done = _REPAIRED.get(key)
-    if done is None:
+    def greedy() -> frozenset:
         fused: set[tuple[str, str]] = set()
         for e in list(forced) + [e for e in wanted if e not in forced]:
             trial = fused | {e}
             if check_partition(w, trial) is None:
                 fused = trial
-        if len(_REPAIRED) >= 20_000:
-            _REPAIRED.clear()
-        done = _REPAIRED[key] = frozenset(fused)
-    return set(done)
+        return frozenset(fused)
+    return set(_kept(_REPAIRED, (w.hash, tuple(wanted), tuple(forced)), greedy))
 
 
 def constant_groups(w: Workload, ordered: list[Group], frozen: set[str] | frozenset[str],

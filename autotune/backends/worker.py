@@ -33,6 +33,7 @@ from autotune.backends.pipe import (MeasureReply, MeasureRequest, Ready, Shutdow
                                     WorkerError, WorkerSpec)
 from autotune.backends.stops import (CappedWatch, arm_run_timeout, crash_message,  # noqa: F401
                                      die_with_parent, run_cap_message, timeout_message)
+from autotune.cache_dirs import kernels_dir
 from autotune.reference import load_or_compute_reference
 
 
@@ -50,7 +51,7 @@ def _serve(conn, spec: WorkerSpec, make_plan: PlanFactory) -> None:
     # host buffers pass from one candidate to the next instead of being faulted in anew
     pool = BufferPool()
     probe = machine_probe()          # is the machine busy during a run?
-    kernels = Path(spec.cache_dir) / "kernels"
+    kernels = kernels_dir(Path(spec.cache_dir))
     conn.send(Ready())
     while True:
         req = conn.recv()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-CACHE_DIRS = ("kernels", "refs")
+from autotune.cache_dirs import CACHE_DIRS
 
 
 def make_shared(root: Path) -> Path:

@@ -20,6 +20,8 @@ from pathlib import Path
 from costmodel.devices import CPU_DEFAULT, DeviceSpec
 from db.store import default_db_path
 
+from autotune.cache_dirs import kernels_dir
+
 # 1: gemm_flops, bandwidth, loop_flops, f32_flops, parallel_units, cache_bytes
 # 2: + GEMM shape classes, access patterns, function costs, launch/region/thread/library call
 # 3: + the generated kernel's rate and parameter factors (kernel_flops, kernel)
@@ -83,7 +85,7 @@ def calibrate_cpu(gemm_n: int = DEFAULT_GEMM_N, copy_mb: float = DEFAULT_COPY_MB
     from autotune.backends.cpu.kernel_probe import DEFAULT_SAMPLES
     ks = DEFAULT_SAMPLES if kernel_samples is None else kernel_samples
     rec = {"version": CALIBRATION_VERSION,
-           **measure(gemm_n, copy_mb, repeats, default_db_dir() / "kernels", ks)}
+           **measure(gemm_n, copy_mb, repeats, kernels_dir(default_db_dir()), ks)}
     return rec, write_calibration(rec, path)
 
 
