@@ -14,6 +14,9 @@ from search_spaces.workload import Workload
 from autotune.backends.factory import backend_kind
 
 
+F64_SHARE = 0.5     # float64's peak and GEMM rates as a share of float32's
+
+
 def spec_of(env) -> tuple[DeviceSpec, bool | None]:
     """The cost-model device and whether it is this machine's calibration (None for GPU
     presets, which are datasheets)."""
@@ -34,7 +37,8 @@ def compulsory_bytes(w: Workload) -> int:
 def floor_of(w: Workload, spec, calibrated: bool | None = None) -> dict:
     """The roofline floor of ``w`` on a cost-model device spec: useful flops at the peak FMA
     rate (the machine's limit; products of several factors in their order of fewest flops) or
-    compulsory bytes at the copy bandwidth, whichever is longer.
+    compulsory bytes at the copy bandwidth, whichever is longer; float64 at F64_SHARE of the
+    float32 rates.
     The same flops at the library GEMM rate are reported beside it (``gemm_floor_s``): what a
     plan whose every flop ran in BLAS would take."""
     # a product of three or more factors counts at its order of fewest flops (what the space
@@ -43,11 +47,15 @@ def floor_of(w: Workload, spec, calibrated: bool | None = None) -> dict:
     flops = w.flops() - sum(ch.unsplit_flops - ch.orders[0].flops
                             for ch in order_choices(w).values())
     nbytes = compulsory_bytes(w)
-    compute = flops / spec.f32_flops
+    # float64 at half the float32 rates: half the lanes of a vector (AVX2, AVX-512, NEON), and
+    # the datasheets' FP64 (non-tensor) rate of the A100 and H100/H200 is half their FP32
+    per = F64_SHARE if w.dtype == "float64" else 1.0
+    peak, gemm = spec.f32_flops * per, spec.gemm_flops * per
+    compute = flops / peak
     memory = nbytes / spec.bandwidth
-    return {"useful_flops": flops, "compulsory_bytes": nbytes, "peak_flops": spec.f32_flops,
-            "gemm_flops": spec.gemm_flops, "bandwidth": spec.bandwidth, "compute_s": compute,
+    return {"useful_flops": flops, "compulsory_bytes": nbytes, "peak_flops": peak,
+            "gemm_flops": gemm, "bandwidth": spec.bandwidth, "compute_s": compute,
             "memory_s": memory, "floor_s": max(compute, memory),
-            "gemm_floor_s": max(flops / spec.gemm_flops, memory),
+            "gemm_floor_s": max(flops / gemm, memory),
             "bound": "compute" if compute >= memory else "memory",
             "spec": spec.name, "calibrated": calibrated}

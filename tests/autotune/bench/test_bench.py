@@ -212,3 +212,18 @@ def test_the_floor_counts_a_product_at_its_order_of_fewest_flops():
     assert fl["useful_flops"] < as_written
     assert fl["useful_flops"] == 16 * 8 * 8 + 2 * 16 * 8 * 8 * 32
     assert fl["compute_s"] == pytest.approx(fl["useful_flops"] / CPU_DEFAULT.f32_flops)
+
+
+def test_a_float64_floor_is_at_half_the_float32_rates():
+    from costmodel.devices import CPU_DEFAULT
+    from autotune.bench.roofline import floor_of
+    from search_spaces import parse_workload
+    from search_spaces.loader import builtin_text
+    text = builtin_text("trimul_outgoing")
+    w32 = parse_workload(text, "t32.toml", DIMS)
+    w64 = parse_workload(text.replace('dtype = "float32"', 'dtype = "float64"'), "t64.toml", DIMS)
+    f32, f64 = floor_of(w32, CPU_DEFAULT), floor_of(w64, CPU_DEFAULT)
+    assert f64["useful_flops"] == f32["useful_flops"]
+    assert f64["compute_s"] == pytest.approx(2 * f32["compute_s"])
+    assert f64["peak_flops"] == pytest.approx(CPU_DEFAULT.f32_flops / 2)
+    assert f64["compulsory_bytes"] == 2 * f32["compulsory_bytes"]
