@@ -88,3 +88,26 @@ def cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+# One 512^3 float32 GEMM through NumPy before the first plan of a process (~1 ms once).  Until
+# OpenBLAS has run a GEMM that size, some shapes stay slow for the life of the process, not
+# just on a first call: conv1x1_norm's batched 128x128 @ 128x3136 library group ran 21.5 ms
+# in a fresh process, call after call, and 14.5-15.5 ms once any 256^3 or larger GEMM had run
+# (a 64^3 one did not do it); whole heuristic plan 24.1-24.4 ms vs 17.2-17.7 ms, separate
+# processes.  A search's worker (reference loaded from disk, no GEMM of its own) measured the
+# slow state and the bench (its float64 reference computed in-process) the fast one: the
+# search ranked that plan 1.26x slower than the bench did, and cached a plan 1.20x slower than
+# it.  A program that runs a model has long left the slow state, so every process that runs
+# plans leaves it first.
+_blas_warm: list[bool] = []
+
+
+def warm_blas() -> None:
+    """Run the one GEMM that takes OpenBLAS out of its first state, once per process (the CPU
+    executor calls it before its first plan)."""
+    if not _blas_warm:
+        import numpy as np
+        _blas_warm.append(True)
+        a = np.ones((512, 512), np.float32)
+        np.matmul(a, a)

@@ -50,6 +50,7 @@ STAGED_SHARE = 0.01
 
 threads.warn_if_late()     # the settings the plans need came too late for a runtime
 
+
 def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``np.matmul`` of (batch, m, k) by (batch, k, n), with a batch of one passed as plain
     matrices: NumPy's stacked path ran a transposed 4096x64 @ 64x4096 operand 2.7x slower
@@ -73,6 +74,7 @@ class CompiledPlan:
                  pool: BufferPool | None = None):
         # the workload the candidate runs: its contraction orders applied (same inputs and
         # outputs; the split statements' intermediates are plan buffers like any other)
+        threads.warm_blas()
         w = rewritten(w, cand)
         self.w, self.cand = w, cand
         self.dtype = np.dtype(w.dtype)

@@ -104,3 +104,18 @@ def test_worker_reports_what_its_pool_holds(w, tmp_path):
         assert backend.reclaimable_bytes() == 0               # a dead worker holds nothing
     finally:
         backend.close()
+
+
+def test_plans_leave_openblas_first_state_once_per_process(tmp_path):
+    # autotune.threads.warm_blas: one 512^3 GEMM before the first plan (a fresh OpenBLAS ran
+    # conv1x1_norm's batched GEMM 1.4x slower for the life of the process)
+    from autotune import threads
+    from autotune.backends.cpu.executor import CompiledPlan
+    from search_spaces import load_workload
+    from search_spaces.plans import named_plan
+    from search_spaces.space import SearchSpace
+    w = load_workload("gated_mlp", {"T": 8, "C": 8, "F": 16})
+    CompiledPlan(w, named_plan(SearchSpace(w), "heuristic"), tmp_path)
+    assert threads._blas_warm == [True]
+    threads.warm_blas()
+    assert threads._blas_warm == [True]          # once, not per plan
