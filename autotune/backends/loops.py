@@ -160,9 +160,13 @@ class LoopEmitter:
                 return f"(({self.ctype})1)"
             return self.power(self.expr(e.base, var), e.exponent)
         if isinstance(e, Select):
-            return (f"({self.condition(e.cond, var)} ? {self.expr(e.a, var)} : "
-                    f"{self.expr(e.b, var)})")
+            return self.select(self.condition(e.cond, var), self.expr(e.a, var),
+                               self.expr(e.b, var))
         return self.functions[e.fn].format(*[self.expr(a, var) for a in e.args], s=self.suf)
+
+    def select(self, cond: str, a: str, b: str) -> str:
+        """``where(cond, a, b)`` in the language (a C-family ternary here)."""
+        return f"({cond} ? {a} : {b})"
 
     def condition(self, c: Condition, var: dict[str, str]) -> str:
         """A where() condition on the index variables.  Every loop, tiled or not, runs its

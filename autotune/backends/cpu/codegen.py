@@ -60,6 +60,14 @@ class _Emitter(LoopEmitter):
         body = f"({{ {self.ctype} _p = {base}; {prod}; }})"
         return f"(1/{body})" if exponent < 0 else body
 
+    def select(self, cond: str, a: str, b: str) -> str:
+        # both branches evaluated before the choice, as where() means (their accesses are in
+        # the statement's domain, so always in bounds): a ternary with a load in one branch
+        # must not load where it is not taken, which GCC 12 could only do with a masked load
+        # it did not vectorise (gram_norm's where(i == j, 0, g * rsqrt(..)): 2.5 ms a scalar
+        # loop); as two values and a blend, it vectorises like max and min
+        return f"({{ __auto_type _t = ({a}); __auto_type _f = ({b}); {cond} ? _t : _f; }})"
+
     def local_index(self, v: str, start: str | None) -> str:
         return f"({v} - {start})" if start is not None else f"({v})"
 
