@@ -3,10 +3,11 @@
 A chain's scores ``X`` (search_spaces.chain), with its elementwise score ops inlined, may be
 ``where(COND, A, c)`` (or ``where(COND, c, A)``) with a constant ``c`` so negative that
 ``exp(c - m)`` is exactly 0 once the running max ``m`` exceeds ``c`` by SKIP_MARGIN: a causal
-mask's ``-1e9`` (or ``-inf``); ``A`` may be such a where() again (a band: two conditions), and a
-block that any one of them covers is skipped.  A block of the walked index over which COND never selects ``A``
+mask's ``-1e9`` (or ``-inf``).  A block of the walked index over which COND never selects ``A``
 (Condition.on_box, for one row) then adds nothing to any sum and leaves the max unchanged, so a
-walk that has already seen such a margin may skip it: the result is the same to the bit.  The
+walk that has already seen such a margin may skip it: the result is the same to the bit.
+``A`` may be such a where() again (a band: two conditions); a block any one of them covers is
+skipped.  The
 margin keeps this exact, not approximate: ``exp(-800)`` underflows to 0 in float64 and float32.
 """
 from __future__ import annotations

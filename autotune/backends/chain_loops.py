@@ -5,8 +5,9 @@ evaluating the score ops into block buffers (``S_<op>``), then the block's max, 
 factor ``exp(m_old - m_new)`` applied to the running sum and the contraction's accumulators
 (``ACC``, one per free index point of the tile), the block's exponentials (``PB``), and their
 sums.  At the end the accumulators are divided by the sum where the chain normalises (and
-multiplied by the contraction's factors that are constant over the walk, ``/ l``), the max, sum and contraction are written where something outside reads them, and the epilogue
-writes the anchor.  The scores and exponentials never leave the block buffers.  Where a
+multiplied by the contraction's factors that are constant over the walk, ``/ l``), the max,
+sum and contraction are written where something outside reads them, and the epilogue writes
+the anchor.  The scores and exponentials never leave the block buffers.  Where a
 where() mask covers a whole block of a row (search_spaces.chain_mask), the block is skipped.
 
 :class:`ChainLoops` is a mixin over a :class:`autotune.backends.loops.LoopEmitter` language
