@@ -138,6 +138,9 @@ finish() {
     echo "== interrupted: stopping the running stage ($STAGE_NAME)"
     if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
       kill -TERM "$pid" 2>/dev/null           # timeout passes it on to the stage's processes
+      # and to its process group (timeout makes one): a README-command test run once saw a
+      # stage's pytest run to its end after a signal in the window right after `&`
+      kill -TERM -- "-$pid" 2>/dev/null
       wait "$pid" 2>/dev/null
     fi
   fi
