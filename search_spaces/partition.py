@@ -76,9 +76,7 @@ def _group_cycle(w: Workload, comps: list[list[str]]) -> str | None:
     """Why the groups cannot run in any order (two or more of them read each other), or None.
     Convex groups are not enough: {kf, kv, num} and {qf, z, den} of a linear attention are
     each convex, but num reads qf of the second and z reads kf of the first."""
-    owner = {m: k for k, comp in enumerate(comps) for m in comp}
-    deps = {k: {owner[t] for m in comp for t in w.op(m).inputs() if t in owner} - {k}
-            for k, comp in enumerate(comps)}
+    deps = _group_reads(w, comps)
     left = set(deps)
     while left:
         ready = {k for k in left if not deps[k] & left}
@@ -91,6 +89,13 @@ def _group_cycle(w: Workload, comps: list[list[str]]) -> str | None:
             return f"groups {names} read each other: no order runs them (a cycle of groups)"
         left -= ready
     return None
+
+
+def _group_reads(w: Workload, comps: list[list[str]]) -> dict[int, set[int]]:
+    """For each group (by position in ``comps``), the other groups whose ops it reads."""
+    owner = {m: k for k, comp in enumerate(comps) for m in comp}
+    return {k: {owner[t] for m in comp for t in w.op(m).inputs() if t in owner} - {k}
+            for k, comp in enumerate(comps)}
 
 
 _GROUPS: dict[tuple, tuple[Group, ...]] = {}   # (workload hash, fused edges) -> groups
@@ -117,23 +122,23 @@ def groups(w: Workload, fused: set[tuple[str, str]]) -> list[Group]:
 
 def _ordered_groups(w: Workload, fused: set[tuple[str, str]]) -> list[Group]:
     out = []
-    for comp in _components(w, fused):
+    comps = _components(w, fused)
+    for comp in comps:
         members = set(comp)
         sink = [m for m in comp if not any(c in members for c in w.consumers[m])][0]
         out.append(Group(tuple(comp), sink))
-    # Topological order of the group DAG (it is acyclic because groups are convex); a
+    # Topological order of the group DAG (check_partition refuses a cycle of groups); a
     # member may be materialized by a group whose anchor comes late in the program, so the
     # anchors' program order is not enough.  Ties keep program order, for stable output.
-    owner = {m: k for k, g in enumerate(out) for m in g.members}
-    deps = {k: {owner[t] for m in g.members for t in w.op(m).inputs() if t in owner} - {k}
-            for k, g in enumerate(out)}
+    deps = _group_reads(w, comps)
     pos = {op.out: k for k, op in enumerate(w.ops)}
     done: list[int] = []
     ready = set()
     while len(done) < len(out):
         ready = [k for k in range(len(out)) if k not in done and deps[k] <= set(done)]
         if not ready:
-            raise ValueError("fusion groups form a cycle (the partition is not convex)")
+            raise ValueError("fusion groups form a cycle (an illegal partition: check_partition "
+                             "says which)")
         done.append(min(ready, key=lambda k: pos[out[k].anchor]))
     return [out[k] for k in done]
 

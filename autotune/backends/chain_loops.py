@@ -204,7 +204,7 @@ class ChainLoops:
         if ch.contraction and ch.norm_op and any(
                 a.tensor == ch.norm_op for a in self.w.op(ch.contraction).reads()):
             out += self.dnest(f"{acc} /= l_run;", ind)
-        _, outer = ch.contraction_parts(self.w.op(ch.contraction)) if ch.contraction else (0, None)
+        outer = ch.contraction_parts(self.w.op(ch.contraction))[1] if ch.contraction else None
         if outer is not None:
             # the factors constant over the walk (``/ l``), on the final max and sum
             self.subst = {ch.max_op: "m_run", ch.sum_op: "l_run"}
