@@ -23,7 +23,7 @@ from db.keys import PlanKey
 from db.records import BestPlan, Status, StoredTrial, TrialOutcome, is_confirmation
 from db.store import PlanDB
 from search_spaces.candidate import Candidate
-from search_spaces.plans import NAMED_PLANS
+from search_spaces.plans import SEED_NAMES
 
 from autotune.backends.base import Leniency
 from autotune.search.config import Confirmation, SearchConfig
@@ -73,7 +73,7 @@ def pick_finalists(trials: list[StoredTrial], best: BestPlan | None, config: Sea
     picks: list[tuple[StoredTrial, str]] = []
     picks += [(t, FASTEST) for t in sorted(ok.values(), key=lambda t: t.measured_s)[:n]]
     fastest = min((t.measured_s for t in ok.values()), default=math.inf)
-    picks += [(t, NAMED) for t in ok.values() if t.name in NAMED_PLANS
+    picks += [(t, NAMED) for t in ok.values() if t.name in SEED_NAMES
               and not out_of_reach(t, fastest, reach, loaded)]
     by_model = sorted(ok.values(), key=lambda t: t.predicted_s or math.inf)[:n]
     picks += [(t, MODEL) for t in by_model

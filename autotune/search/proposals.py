@@ -11,7 +11,7 @@ import numpy as np
 
 from costmodel import estimate
 from search_spaces.candidate import Candidate
-from search_spaces.plans import NAMED_PLANS, named_plan
+from search_spaces.plans import seed_plans
 from search_spaces.answers import params_of
 
 from autotune.search.config import SearchConfig
@@ -40,8 +40,11 @@ def model_favourites(w, space, dev, config: SearchConfig, seen: set[str],
             pool[c.key] = (correct(c), c)
         return pool[c.key][0]
 
-    for start in ("heuristic", "unfused"):
-        params = params_of(space, named_plan(space, start))
+    seeds = {c.name: c for c in seed_plans(space)}
+    for start in ("heuristic", "unfused", "chained"):
+        if start not in seeds:
+            continue
+        params = params_of(space, seeds[start])
         if params is None:
             continue
         cand, params, opts = build_with_defaults(space, params)
@@ -62,7 +65,7 @@ def model_favourites(w, space, dev, config: SearchConfig, seen: set[str],
     for _ in range(config.model_pool):
         score(space.random(rng))
     # only what the model clearly prefers to every named plan is worth a measurement up front
-    bar = MODEL_MARGIN * min(correct(named_plan(space, n)) for n in NAMED_PLANS)
+    bar = MODEL_MARGIN * min(correct(c) for c in seeds.values())
     ranked = sorted((v for k, v in pool.items() if k not in seen and v[0] < bar),
                     key=lambda x: x[0])
     # The climb's pool is mostly small variations of its optimum, priced alike (a kernel's

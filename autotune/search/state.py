@@ -14,7 +14,7 @@ from optuna.trial import TrialState
 from costmodel.model import memory_bytes
 from db.records import Status, StoredTrial, TrialOutcome
 from search_spaces.candidate import Candidate
-from search_spaces.plans import named_plan
+from search_spaces.plans import named_plan, seed_plans
 from search_spaces.answers import params_of
 
 from autotune.search.config import Progress
@@ -215,13 +215,14 @@ class SearchState:
             on_trial(self.prog)
 
     def queue(self) -> list[tuple[dict, str]]:
-        """(params, name) of the named plans, fastest predicted first, then of the model's
+        """(params, name) of the seed plans (the named plans, and the chained plan where the
+        space has a chain), fastest predicted first, then of the model's
         favourites.  Their predictions are noted at once: whether a candidate is one of the
         model's favourites (never given up on after one run) is then decided among everything
         the model has ranked, not among the few trials run so far; and the first plan measured
         is the likely best, so a slow named plan after it is given up on after one run
         instead of being timed in full (the unfused plan at N=702: 3 runs of 2.8 s)."""
-        named = [named_plan(self.space, n) for n in ("unfused", "heuristic", "greedy")]
+        named = seed_plans(self.space)
         named.sort(key=lambda c: self.learner.predict(c)[1])
         q = named + model_favourites(self.w, self.space, self.dev, self.config,
                                      {c.key for c in named}, correct=self.learner.seconds)

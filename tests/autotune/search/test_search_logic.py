@@ -4,6 +4,7 @@ the memory check.  Resume, replay and the shared study: test_search_replay.py.""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -17,7 +18,7 @@ from autotune.search.state import memory_error
 from costmodel import estimate
 from costmodel.model import memory_bytes
 from db.store import PlanDB
-from search_spaces.plans import named_plan
+from search_spaces.plans import NAMED_PLANS, chained_plan, named_plan, seed_plans
 from search_spaces.space import SearchSpace, TileBounds
 
 from tests.support.fake_search import (CHEAP, DEV, NAMED, REUSED, assert_best_is_min_ok,
@@ -57,6 +58,23 @@ def test_named_plans_then_model_favourites_come_before_the_sampler(w, space, fre
     preds = [r.predicted_s for r in rows[3:6]]
     assert preds == sorted(preds) and max(preds) < MODEL_MARGIN * named_best
     assert all(name_of(r) == "" for r in rows[3:])
+
+
+def test_a_space_with_a_chain_measures_the_chained_plan_among_the_named_ones(small, fresh_db):
+    # a chain is two parameters away from the heuristic plan (its statement unsplit, the chain
+    # on), so no one-step climb need reach it: the chained plan is measured up front
+    w = small("attention")
+    space = SearchSpace(w, TileBounds(1, backend_kind("cpu").tile_bounds.hi))
+    assert space.chains
+    seeds = {n: named_plan(space, n) for n in NAMED} | {"chained": chained_plan(space)}
+    order = sorted(seeds, key=lambda n: estimate(w, seeds[n], DEV).total_s)
+    _, rows, _ = run(w, space, fresh_db, dataclasses.replace(CHEAP, budget=4))
+    assert [name_of(r) for r in rows] == order
+    assert cand_of(rows[order.index("chained")]).key == seeds["chained"].key
+    # and none where the workload has no chain (gated_mlp) or its [space] turns chains off
+    assert [n.name for n in seed_plans(SearchSpace(small("gated_mlp")))] == list(NAMED_PLANS)
+    off = SearchSpace(dataclasses.replace(w, space_json=json.dumps({**w.space, "chains": False})))
+    assert not off.chains and "chained" not in [c.name for c in seed_plans(off)]
 
 
 def test_a_budget_shorter_than_the_queue_runs_its_head(w, space, fresh_db):
