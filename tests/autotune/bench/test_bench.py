@@ -127,9 +127,10 @@ def test_wrong_and_failing_contenders_are_reported_not_timed(searched, monkeypat
     assert "WRONG, not timed" in table and "skipped: iree is not installed here" in table
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_iree_peer_matches_reference(dtype):
-    # float64: the module must take float64 inputs (it was lowered as float32 and refused them)
+@pytest.mark.parametrize("case", ["float32", "float64", "float64_tanh"])
+def test_iree_peer_matches_reference(case):
+    # float64: the module must take float64 inputs (it was lowered as float32 and refused them);
+    # with a tanh (gelu_mlp's GELU), which IREE calls from libm in float64, it must also link
     require("jax")
     require("iree.compiler")
     require("iree.runtime")
@@ -137,9 +138,12 @@ def test_iree_peer_matches_reference(dtype):
     from autotune.reference import reference
     from search_spaces import parse_workload
     from search_spaces.loader import builtin_text
-    w = tiny() if dtype == "float32" else parse_workload(
-        builtin_text("trimul_outgoing").replace('dtype = "float32"', 'dtype = "float64"'),
-        "trimul64.toml", DIMS)
+    from tests.conftest import SMALL_DIMS
+    dtype = case.split("_")[0]
+    name, dims = ("gelu_mlp", SMALL_DIMS["gelu_mlp"]) if "tanh" in case else \
+        ("trimul_outgoing", DIMS)
+    w = tiny() if case == "float32" else parse_workload(
+        builtin_text(name).replace('dtype = "float32"', 'dtype = "float64"'), "w64.toml", dims)
     assert w.dtype == dtype
     inputs = w.random_inputs(seed=3)
     r = bench_runners.iree_runner(bench_runners.Context(w, inputs, "cpu", None))
