@@ -60,7 +60,8 @@ def test_named_plans_then_model_favourites_come_before_the_sampler(w, space, fre
     assert all(name_of(r) == "" for r in rows[3:])
 
 
-def test_a_space_with_a_chain_measures_the_chained_plan_among_the_named_ones(small, fresh_db):
+def test_a_space_with_a_chain_measures_the_chained_plan_among_the_named_ones(
+        small, fresh_db, fast_tmp, monkeypatch):
     # a chain is two parameters away from the heuristic plan (its statement unsplit, the chain
     # on), so no one-step climb need reach it: the chained plan is measured up front
     w = small("attention")
@@ -71,6 +72,20 @@ def test_a_space_with_a_chain_measures_the_chained_plan_among_the_named_ones(sma
     _, rows, _ = run(w, space, fresh_db, dataclasses.replace(CHEAP, budget=4))
     assert [name_of(r) for r in rows] == order
     assert cand_of(rows[order.index("chained")]).key == seeds["chained"].key
+    # measured whatever its prediction (the model prices chains least surely): here predicted
+    # 100 times its price, after every named plan, where a tiny factor prunes all but the first
+    predict = state.Learner.predict
+
+    def slow_chain(self, cand):
+        est, corrected = predict(self, cand)
+        k = 100.0 if cand.name == "chained" else 1.0
+        return dataclasses.replace(est, total_s=est.total_s * k), corrected * k
+    monkeypatch.setattr(state.Learner, "predict", slow_chain)
+    db = PlanDB(fast_tmp / "tiny.sqlite")
+    _, rows, backend = run(w, space, db, dataclasses.replace(CHEAP, budget=4, prune_factor=1e-9))
+    db.close()
+    assert name_of(rows[-1]) == "chained" and rows[-1].status == "ok"
+    assert [r.status for r in rows[1:-1]] == ["pruned", "pruned"]
     # and none where the workload has no chain (gated_mlp) or its [space] turns chains off
     assert [n.name for n in seed_plans(SearchSpace(small("gated_mlp")))] == list(NAMED_PLANS)
     off = SearchSpace(dataclasses.replace(w, space_json=json.dumps({**w.space, "chains": False})))
