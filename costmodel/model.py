@@ -16,6 +16,7 @@ from search_spaces.footprint import (conflicting, footprint_shape, footprints, l
                                      nest_extents, plan_group, revisited_far, strides,
                                      tile_dealing, write_strides, writes_in_place)
 from search_spaces.gemm import as_matrix_view, gemm_form, operand_groups
+from search_spaces.inlining import inlined_members
 from search_spaces.partition import Group, groups, materialized
 from search_spaces.rewrite import rewritten
 from search_spaces.workload import Workload
@@ -243,8 +244,12 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
             unique += op.out_size * item
     # Tile buffers of the fused members live in the core's private cache only while they fit:
     # beyond it each buffer is written to and read back from DRAM once per tile.
+    # (on a CPU, a member read once by a reader that visits each element once has none: it is
+    # evaluated inside its reader, search_spaces.inlining)
+    inlined = (inlined_members(w, g, plans, mats, layout_of) if dev.kind == "cpu"
+               else frozenset())
     buffers = sum(math.prod(footprint_shape(w.op(m.op), fps[m.op], anchor, tiles))
-                  for m in plans if m.op != g.anchor) * item
+                  for m in plans if m.op != g.anchor and m.op not in inlined) * item
     spill = 2 * buffers * n_tiles if buffers > dev.tile_cache_bytes else 0.0
     # Tiles are dealt to cores/SMs in waves: the last, partial wave leaves units idle (fewer
     # tiles than units is the extreme case).

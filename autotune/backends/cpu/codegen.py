@@ -19,6 +19,8 @@ from search_spaces.candidate import IMPL_LOOP, Candidate
 from search_spaces.chain import detect
 from search_spaces.partition import groups, materialized
 from search_spaces.footprint import accumulates_in_tile, strides, tile_dealing
+from search_spaces.inlining import inlined_members
+from search_spaces.ir import Access
 from search_spaces.workload import Workload
 
 from autotune.backends.buffers import ALIGN
@@ -50,6 +52,18 @@ C_FUNCTIONS = {"rsqrt": "(1/sqrt{s}({0}))", "sigmoid": "(1/(1+AT_EXP{s}(-({0})))
 
 class _Emitter(LoopEmitter):
     FUNCTIONS = C_FUNCTIONS
+
+    @functools.cached_property
+    def inlined(self) -> frozenset[str]:
+        """Members evaluated inside their one reader's expression, with no tile buffer
+        (search_spaces.inlining)."""
+        return inlined_members(self.w, self.g, self.plans, self.mats, self.layout_of)
+
+    def expr(self, e, var):
+        if isinstance(e, Access) and e.tensor in self.inlined:
+            op = self.w.op(e.tensor)
+            return self.expr(op.expr, {p: var[i] for p, i in zip(op.parallel, e.idx)})
+        return super().expr(e, var)
 
     def n(self, x: int) -> str:
         return f"{x}L"
@@ -146,12 +160,13 @@ class _Emitter(LoopEmitter):
         """Per-thread buffers (name, elements): each fused member's footprint (and the
         anchor's tile, when it is :attr:`staged`)."""
         return [(f"L_{m}", math.prod(self.buf_shape(m))) for m in self.g.members
-                if self.local(m)]
+                if self.local(m) and m not in self.inlined]
 
     def tile_body(self) -> list[str]:
         self.lines = []
         for mp in self.plans:
-            self.member(mp)
+            if mp.op not in self.inlined:
+                self.member(mp)
         return self.lines
 
     def emit(self, index: int) -> tuple[str, GroupKernel]:
@@ -192,6 +207,7 @@ class _Emitter(LoopEmitter):
 class _ChainEmitter(ChainLoops, _Emitter):
     """A chain group: row by row, blocks of the walked index (autotune.backends.chain_loops)."""
     staged = False          # its anchor's stores are the chain's own
+    inlined: frozenset[str] = frozenset()     # every member has its block buffer
     # A chain's sums over a block (the scores' dot products, the block's exp sum) are plain
     # loops, which GCC 12 vectorises on its own under -ffast-math.  With `omp simd reduction`
     # it took a scalar path for some block sizes: a causal attention's 32-long score dot
