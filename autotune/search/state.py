@@ -25,6 +25,7 @@ from autotune.search.trust import ModelTrust
 
 
 REUSED = "same candidate as an earlier trial"   # the error note of a trial that was not rerun
+UNPRICED = "the cost model could not price it"   # the error note's head of such a trial
 
 
 def memory_error(need: int, available: int) -> str:
@@ -89,7 +90,7 @@ class SearchState:
     def neighbour(self, rng) -> dict | None:
         return neighbour(self.w, self.space, self.dev, self.incumbent, rng,
                          set(self.measured) | set(self.predicted),
-                         correct=self.learner.seconds, flips=self.flips)
+                         correct=self.seconds, flips=self.flips)
 
     def prune_reason(self, pred: float, corrected: float) -> str | None:
         """Why a candidate predicted ``pred`` s (``corrected`` s with the learned correction)
@@ -142,7 +143,16 @@ class SearchState:
 
         cand = self.space.build(choose, name=trial.user_attrs.get("name", ""))
         self.options.update(asked)
-        est, corrected = self.learner.predict(cand)
+        try:
+            est, corrected = self.learner.predict(cand)
+        except Exception as e:
+            # a candidate the cost model cannot price is a bug in the space or the model (an
+            # illegal partition was one): it fails as data, named in the trial's error, and the
+            # search goes on with the others
+            self.measured[cand.key] = (Status.FAILED, None)
+            return TrialOutcome(candidate=cand, status=Status.FAILED,
+                                error=f"{UNPRICED}: {type(e).__name__}: {_first_line(e)}",
+                                params=dict(trial.params), options=asked)
         pred = est.total_s
         self.predicted[cand.key] = pred
         times, rel_err, timed_groups = (), None, ()
@@ -217,6 +227,14 @@ class SearchState:
         if on_trial:
             on_trial(self.prog)
 
+    def seconds(self, cand: Candidate) -> float:
+        """The corrected prediction for ``cand``; infinite where it cannot be priced (its
+        trial records why: :meth:`evaluate`)."""
+        try:
+            return self.learner.seconds(cand)
+        except Exception:
+            return math.inf
+
     def queue(self) -> list[tuple[dict, str]]:
         """(params, name) of the seed plans (the named plans, and the chained plan where the
         space has a chain), fastest predicted first, then of the model's
@@ -226,13 +244,19 @@ class SearchState:
         is the likely best, so a slow named plan after it is given up on after one run
         instead of being timed in full (the unfused plan at N=702: 3 runs of 2.8 s)."""
         named = seed_plans(self.space)
-        named.sort(key=lambda c: self.learner.predict(c)[1])
+        named.sort(key=self.seconds)
         q = named + model_favourites(self.w, self.space, self.dev, self.config,
-                                     {c.key for c in named}, correct=self.learner.seconds)
+                                     {c.key for c in named}, correct=self.seconds)
         out = []
         for cand in q:
-            self.predicted[cand.key] = self.learner.predict(cand)[0].total_s
+            if math.isfinite(self.seconds(cand)):     # (one that cannot be priced fails later)
+                self.predicted[cand.key] = self.learner.predict(cand)[0].total_s
             params = params_of(self.space, cand)
             if params is not None:
                 out.append((params, cand.name))
         return out
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""

@@ -242,6 +242,24 @@ def test_failures_are_recorded_as_failed_and_the_search_finishes(w, space, fresh
                                   if r.status == "failed"]
 
 
+def test_a_candidate_the_model_cannot_price_fails_as_data(w, space, fresh_db, monkeypatch):
+    # pricing raising (a bug in the space or the model) fails that trial, never the search
+    predict = state.Learner.predict
+
+    def broken(self, cand):
+        if cand.name == "heuristic" or int(cand.key[:8], 16) % 4 == 0:
+            raise ValueError("no price\nsecond line")
+        return predict(self, cand)
+    monkeypatch.setattr(state.Learner, "predict", broken)
+    result, rows, backend = run(w, space, fresh_db, dataclasses.replace(CHEAP, budget=8))
+    assert result.progress.done == 8 and result.best is not None
+    heur = [r for r in rows if name_of(r) == "heuristic"]
+    assert heur and heur[0].status == "failed" and heur[0].predicted_s is None
+    assert heur[0].error == f"{state.UNPRICED}: ValueError: no price"
+    assert cand_of(heur[0]).key not in measured_keys(backend)
+    assert all(r.status != "failed" or r.error.startswith(state.UNPRICED) for r in rows)
+
+
 def test_a_search_where_everything_fails_ends_without_a_best(w, space, fresh_db):
     backend = FakeBackend(w, DEV, fails=lambda cand: "boom")
     result, rows, _ = run(w, space, fresh_db, dataclasses.replace(CHEAP, budget=6), backend)
