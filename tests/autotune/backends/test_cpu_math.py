@@ -56,3 +56,25 @@ def test_results_match_the_reference_and_masked_exps_are_negligible(tmp_path):
         assert np.all(p[masked] >= 0) and np.all(p[masked] <= floor * 1.001)
         assert np.allclose(p[~masked], np.exp(inputs["x"].astype(np.float64))[~masked],
                            rtol=1e-5)
+
+
+def test_calls_end_in_an_overlapped_vector_at_every_row_width(tmp_path):
+    # rows of 29 (and tiles of 29, 8, 5, 3 along them: remainders of 5, 0, 5 and widths under
+    # one vector, which keep the scalar loop): the last vector of a row overlaps the ones
+    # before it and recomputes some elements, which must come out the same
+    from dataclasses import replace
+
+    from search_spaces.candidate import GroupSchedule
+    w = _workload()
+    base = named_plan(SearchSpace(w, backend_kind("cpu").tile_bounds), "unfused")
+    inputs = w.random_inputs(3)
+    ref = reference(w, inputs)
+    for tile in (29, 8, 5, 3):
+        cand = replace(base, schedules=tuple(GroupSchedule(s.anchor, (7, tile), s.impl)
+                                             for s in base.schedules), name=f"t{tile}")
+        src, _ = generate(w, cand)
+        group_p = src.split("/* p[d0,d1]")[1].split("/*")[0]
+        assert "_hi - 8 + _k" in group_p and "AT_EXPf" in group_p
+        err, why = verify(make_executable(w, cand, "cpu", tmp_path)(**inputs), ref, w.rtol)
+        assert not why, (tile, why)
+        assert err < 1e-6, (tile, err)
