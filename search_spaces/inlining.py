@@ -37,14 +37,13 @@ def inlined_members(w: Workload, g: Group, plans: list[MemberPlan], mats: set[st
         for acc in w.op(mp.op).reads():
             reads.setdefault(acc.tensor, []).append((mp.op, acc))
     order = {mp.op: mp.order for mp in plans}
-    out: set[str] = set()
     # program order backwards: a member inlined into an inlined reader is judged from the loops
     # that finally evaluate it (each op names its indices d0, d1, ..., so a member's names are
     # mapped through its reader's onto those loops' names)
-    final: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {}
+    final: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {}   # the inlined ones
     for mp in reversed(plans):
         m, op = mp.op, w.op(mp.op)
-        if m == g.anchor or m in mats or op.combiner != "none" or op.reduction:
+        if m == g.anchor or m in mats or op.combiner != "none":
             continue
         uses = reads.get(m, [])
         if len(uses) != 1:
@@ -57,9 +56,8 @@ def inlined_members(w: Workload, g: Group, plans: list[MemberPlan], mats: set[st
         mapping = {p: to_loops[i] for p, i in zip(op.parallel, acc.idx)}
         if all(_unit_or_absent(w, a, loops[-1], g, layout_of)
                for a in accesses(rename(op.expr, mapping))):
-            out.add(m)
             final[m] = (mapping, loops)
-    return frozenset(out)
+    return frozenset(final)
 
 
 def _unit_or_absent(w: Workload, a: Access, inner: str, g: Group, layout_of) -> bool:

@@ -156,16 +156,16 @@ def iree_runner(ctx: Context) -> Runner:
         # IREE demotes float64 to float32 by default: the module then refuses float64 inputs
         # and a float64 workload would be timed in float32 against plans that are not
         extra.append("--iree-input-demote-f64-to-f32=false")
+    compile_with = lambda args: ireec.compile_str(text, target_backends=[target],
+                                                  input_type="stablehlo", extra_args=args)
     try:
-        vmfb = ireec.compile_str(text, target_backends=[target], input_type="stablehlo",
-                                 extra_args=extra)
+        vmfb = compile_with(extra)
     except ireec.CompilerToolError as e:
         # IREE's embedded linker has no libm: a float64 tanh (which it calls, not expands)
         # fails to link ("undefined symbol: tanh"); a system library links libm
         if target != "llvm-cpu" or "undefined symbol" not in str(e):
             raise
-        vmfb = ireec.compile_str(text, target_backends=[target], input_type="stablehlo",
-                                 extra_args=extra + ["--iree-llvmcpu-link-embedded=false"])
+        vmfb = compile_with(extra + ["--iree-llvmcpu-link-embedded=false"])
     config = ireert.Config(driver)
     sysctx = ireert.SystemContext(config=config)
     vm_module = ireert.VmModule.copy_buffer(sysctx.instance, vmfb)

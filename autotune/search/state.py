@@ -249,8 +249,10 @@ class SearchState:
                                      {c.key for c in named}, correct=self.seconds)
         out = []
         for cand in q:
-            if math.isfinite(self.seconds(cand)):     # (one that cannot be priced fails later)
+            try:
                 self.predicted[cand.key] = self.learner.predict(cand)[0].total_s
+            except Exception:           # one that cannot be priced fails as its trial (evaluate)
+                pass
             params = params_of(self.space, cand)
             if params is not None:
                 out.append((params, cand.name))

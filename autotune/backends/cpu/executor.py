@@ -201,9 +201,8 @@ class CompiledPlan:
         skip = prep.skip if prep is not None else ()
         # addresses of the plan's own buffers, less those a binding replaced; the inputs' and
         # outputs' are read once a call, by the first group that passes them
-        addr = self._addr if prep is None or not prep.storage else {
-            t: a for t, a in self._addr.items() if t not in prep.storage}
-        addr = dict(addr)
+        replaced = prep.storage if prep is not None else {}
+        addr = {t: a for t, a in self._addr.items() if t not in replaced}
         for g in self.groups:
             if g.anchor not in skip:
                 self.run_group(g, env, storage, prep, addr)
