@@ -60,6 +60,23 @@ def test_named_plans_then_model_favourites_come_before_the_sampler(w, space, fre
     assert all(name_of(r) == "" for r in rows[3:])
 
 
+def test_a_budget_the_named_plans_fill_skips_the_models_climb(w, space, fast_tmp, monkeypatch):
+    # the climb prices thousands of candidates; with no slot left after the seeds it is skipped
+    calls = []
+    real = state.model_favourites
+    monkeypatch.setattr(state, "model_favourites",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    for budget, climbs in ((3, []), (4, [1])):
+        with PlanDB(fast_tmp / f"b{budget}.sqlite") as db:
+            _, rows, _ = run(w, space, db, dataclasses.replace(CHEAP, model_seeds=3,
+                                                               budget=budget))
+        assert [name_of(r) for r in rows[:3]] == named_in_order(w, space)
+        assert calls == climbs and len(rows) == budget
+        if budget == 4:
+            assert name_of(rows[3]) == "" and rows[3].predicted_s < min(
+                r.predicted_s for r in rows[:3])          # a model favourite, not a draw
+
+
 def test_a_space_with_a_chain_measures_the_chained_plan_among_the_named_ones(
         small, fresh_db, fast_tmp, monkeypatch):
     # a chain is two parameters away from the heuristic plan (its statement unsplit, the chain
