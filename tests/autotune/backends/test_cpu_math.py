@@ -78,3 +78,24 @@ def test_calls_end_in_an_overlapped_vector_at_every_row_width(tmp_path):
         err, why = verify(make_executable(w, cand, "cpu", tmp_path)(**inputs), ref, w.rtol)
         assert not why, (tile, why)
         assert err < 1e-6, (tile, err)
+
+
+def test_a_max_over_an_outer_index_is_a_select_not_a_conditional_store(tmp_path):
+    # mp's inner loop runs over c, the reduced k outside it: each step updates a row of mp.
+    # A conditional store (`if (_v > t) t = _v;`) vectorised as a masked store, microcoded on
+    # AMD's Zen; the select stores unconditionally.  NaN in x is passed over as before (a
+    # comparison with NaN is false either way): the max of the other elements.
+    text = ('name = "mp"\noutputs = ["mp"]\nprogram = """\nmp[n,c] max= abs(x[n,k,c])\n"""\n'
+            '[dims]\nN = 13\nK = 9\nC = 21\n[inputs]\nx = ["N", "K", "C"]\n')
+    w = parse_workload(text, "mp.toml")
+    cand = named_plan(SearchSpace(w, backend_kind("cpu").tile_bounds), "unfused")
+    src, _ = generate(w, cand)
+    group = src.split("/* mp[d0,d1] max=")[1]
+    assert "_v > _o ? _v : _o" in group and "if (_v >" not in group
+    inputs = w.random_inputs(5)
+    plan = make_executable(w, cand, "cpu", tmp_path)
+    err, why = verify(plan(**inputs), reference(w, inputs), w.rtol)
+    assert not why and err < 1e-6, why
+    x = inputs["x"].copy()
+    x[3, 0, 4] = np.nan
+    assert plan(x=x)["mp"][3, 4] == np.abs(x[3, 1:, 4]).max()

@@ -38,27 +38,39 @@ def test_named_plans_verify_on_cpu(name, small, kernel_cache):
             plan.release()
 
 
-def test_tanh_loops_call_the_vector_tanh_where_libmvec_has_it(small, kernel_cache):
-    """gelu_mlp's GELU group calls libmvec's vector tanhf when the library exports it (glibc
-    >= 2.35; this machine's does), and the plan still verifies; where it does not, nothing
-    declares it (an undeclared vector variant would leave the kernel an undefined symbol)."""
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_tanh_is_inlined_in_float32_and_libmvecs_in_float64(dtype, kernel_cache, tmp_path):
+    """gelu_mlp's GELU group: in float32 tanh is the inlined rational function
+    (autotune.backends.cpu.fast_tanh), no call at all; in float64 it calls libmvec's vector
+    tanh when the library exports it (glibc >= 2.35; this machine's does), and where it does
+    not, nothing declares it (an undeclared vector variant would leave the kernel an undefined
+    symbol).  Both verify."""
     import ctypes
     import ctypes.util
+    import re
     import subprocess
 
     from autotune.backends.cpu import executor
+    from search_spaces import parse_workload
+    from search_spaces.loader import builtin_text
+    from tests.conftest import SMALL_DIMS
 
     name = ctypes.util.find_library("mvec")
     has = bool(name) and all(hasattr(ctypes.CDLL(name), s) for s in executor.LIBMVEC_TANH)
     assert ("-DAUTOTUNE_LIBMVEC_TANH" in executor._libmvec_flags()) == has
-    w = small("gelu_mlp")
+    w = parse_workload(builtin_text("gelu_mlp").replace('dtype = "float32"', f'dtype = "{dtype}"'),
+                       "gelu.toml", SMALL_DIMS["gelu_mlp"])
     inputs = w.random_inputs(seed=7)
-    plan = CompiledPlan(w, named_plan(SearchSpace(w), "unfused"), kernel_cache)
+    cache = tmp_path / "k"                     # this plan's libraries only
+    cache.mkdir()
+    plan = CompiledPlan(w, named_plan(SearchSpace(w), "unfused"), cache)
     try:
         err, why = verify(plan(**inputs), reference(w, inputs), w.rtol)
         assert not why and err <= w.rtol
     finally:
         plan.release()
     symbols = "".join(subprocess.run(["nm", "-D", str(so)], capture_output=True, text=True).stdout
-                      for so in kernel_cache.glob("k_*.so"))
-    assert ("v_tanhf" in symbols) == has        # _ZGV<isa>N<lanes>v_tanhf, called, not defined
+                      for so in cache.glob("k_*.so"))
+    assert "tanhf" not in symbols                    # float32: no call, scalar or vector
+    # _ZGV<isa>N<lanes>v_tanh, called, not defined
+    assert bool(re.search(r"v_tanh(?!f)", symbols)) == (has and dtype == "float64")
