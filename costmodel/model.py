@@ -15,7 +15,7 @@ from search_spaces.chain import detect
 from search_spaces.footprint import (conflicting, footprint_shape, footprints, lines_between,
                                      nest_extents, plan_group, revisited_far, strides,
                                      tile_dealing, write_strides, writes_in_place)
-from search_spaces.gemm import as_matrix_view, gemm_form, operand_groups
+from search_spaces.gemm import as_matrix_view, broadcast_form, gemm_form, operand_groups
 from search_spaces.inlining import inlined_members
 from search_spaces.partition import Group, groups, materialized
 from search_spaces.rewrite import rewritten
@@ -97,12 +97,20 @@ def _roofline(flops_eq: float, rate: float, bytes_: float, dev: DeviceSpec, laun
 def _library_group(w, g: Group, layout_of, dev: DeviceSpec, item: int) -> GroupCost:
     op = w.op(g.anchor)
     form = gemm_form(op)
+    # the CPU executor batches over the output's outer indices, the other operand broadcast,
+    # where only that writes the result in place (search_spaces.gemm.broadcast_form)
+    split = broadcast_form(form, op, w.shapes, layout_of) if dev.kind == "cpu" else None
+    if split is not None:
+        form = split[0]
     ext = dict(zip(op.domain, op.extents))
     size = lambda idx: math.prod(ext[i] for i in idx)
     b_, m, n, k = size(form.batch), size(form.m), size(form.n), size(form.k)
     flops = 2.0 * b_ * m * n * k
     bytes_ = copy_bytes = 0.0
     ga, gb, go = operand_groups(form)
+    if split is not None:           # the broadcast operand is one matrix
+        ga, gb = ((((), ga[1], ga[2]) if split[1] == "a" else ga),
+                  (((), gb[1], gb[2]) if split[1] == "b" else gb))
     for tensor, idx, grp in ((form.a.tensor, form.a.idx, ga), (form.b.tensor, form.b.idx, gb),
                              (op.out, op.parallel, go)):
         nbytes = math.prod(w.shapes[tensor]) * item

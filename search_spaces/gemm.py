@@ -5,7 +5,7 @@ index appears in at least two of A, B and out: batch = A&B&out, M = A&out, N = B
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .ir import Access, Op, constant_value
 from .footprint import strides
@@ -108,3 +108,29 @@ def preferred_perm(idx: tuple[str, ...], groups: tuple[tuple[str, ...], ...]) ->
         if best is None or inversions < best[0]:
             best = (inversions, perm)
     return best[1]
+
+
+def broadcast_form(form: GemmForm, op: Op, shapes: dict, layout_of) -> tuple[GemmForm, str] | None:
+    """(form, "a" or "b"): the same product with the output's outermost N indices (or M
+    indices) as a batch over which the other operand, A (or B), is broadcast, where that makes
+    the output and the operand that has them matrix views and the plain form's output is none.
+
+    Why: ``y[n,o,p] += w[o,c] * x[n,c,p]`` (a channel mix in channels-first order) has no batch
+    index, since w lacks n; as one (o) x (n, p) GEMM its result is a staged [o, n, p] matrix
+    that a transposing pass then copies into y (var_pow: the GEMM 467 us, the copy 283 us a
+    call), where a product batched over n, w broadcast, writes y directly (390 us).
+    ``layout_of(tensor)`` is the tensor's storage permutation."""
+    if form.batch or as_matrix_view(op.parallel, shapes[op.out], layout_of(op.out),
+                                    operand_groups(form)[2]):
+        return None
+    st = dict(zip(op.parallel, strides(shapes[op.out], layout_of(op.out))))
+    for side, idx, opnd in (("n", form.n, form.b), ("m", form.m, form.a)):
+        order = sorted(idx, key=lambda i: -st[i])          # outermost in the output first
+        for p in range(1, len(order)):
+            split = replace(form, batch=tuple(order[:p]), **{side: tuple(order[p:])})
+            ga, gb, go = operand_groups(split)
+            if as_matrix_view(op.parallel, shapes[op.out], layout_of(op.out), go) and \
+                    as_matrix_view(opnd.idx, shapes[opnd.tensor], layout_of(opnd.tensor),
+                                   gb if side == "n" else ga):
+                return split, ("a" if side == "n" else "b")
+    return None

@@ -15,7 +15,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from search_spaces.candidate import IMPL_KERNEL, IMPL_LIBRARY, Candidate
-from search_spaces.gemm import gemm_form
+from search_spaces.gemm import broadcast_form, gemm_form
 from search_spaces.partition import Group, groups, materialized
 from search_spaces.rewrite import rewritten
 from search_spaces.workload import Workload
@@ -55,7 +55,7 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.n
     """``np.matmul`` of (batch, m, k) by (batch, k, n), with a batch of one passed as plain
     matrices: NumPy's stacked path ran a transposed 4096x64 @ 64x4096 operand 2.7x slower
     (99 ms vs 37 ms here) than its two-dimensional path, which hands the transpose to BLAS."""
-    if a.shape[0] != 1:
+    if a.shape[0] != 1 or b.shape[0] != 1:      # a batch, or one side broadcast over it
         return np.matmul(a, b, out=out)
     res = np.matmul(a[0], b[0], out=None if out is None else out[0])
     return res[None]
@@ -94,7 +94,7 @@ class CompiledPlan:
                               for a, spec in specs.items()}
         self.groups = groups(w, cand.fused_pairs)
         # each library group's op and matrix form, looked up once (not on every call)
-        self._forms = {s.anchor: (w.op(s.anchor), gemm_form(w.op(s.anchor)))
+        self._forms = {s.anchor: self._form(w.op(s.anchor))
                        for s in cand.schedules if s.impl == IMPL_LIBRARY}
         self._last_groups: tuple[float, ...] = ()
         self._profile: dict[str, float] = {}
@@ -285,13 +285,22 @@ class CompiledPlan:
         :meth:`timed_call`."""
         return dict(self._profile)
 
+    def _form(self, op):
+        """(op, matrix form, the operand broadcast over the form's batch or None)."""
+        f = gemm_form(op)
+        split = broadcast_form(f, op, self.w.shapes,
+                               lambda t: self.cand.layout(t, len(self.w.shapes[t])))
+        return (op, f, None) if split is None else (op, *split)
+
     def _gemm(self, name: str, env, prep: Prepared | None = None) -> None:
-        op, f = self._forms[name]
+        op, f, bcast = self._forms[name]
         st = self.staging
         A = derived(prep, f"{name}:a", (f.a.tensor,), st, lambda s: as3(
-            env[f.a.tensor], f.a.idx, (f.batch, f.m, f.k), s, f"{name}:a", blas=True))
+            env[f.a.tensor], f.a.idx, (() if bcast == "a" else f.batch, f.m, f.k), s,
+            f"{name}:a", blas=True))
         B = derived(prep, f"{name}:b", (f.b.tensor,), st, lambda s: as3(
-            env[f.b.tensor], f.b.idx, (f.batch, f.k, f.n), s, f"{name}:b", blas=True))
+            env[f.b.tensor], f.b.idx, (() if bcast == "b" else f.batch, f.k, f.n), s,
+            f"{name}:b", blas=True))
         out = env[name]
         t, O = view3(out, op.parallel, (f.batch, f.m, f.n))
         # NumPy's product has no alpha: the contraction's scale goes on the smallest of the
@@ -310,8 +319,8 @@ class CompiledPlan:
             # column-major result: compute its transpose, B^T A^T, straight into it
             _matmul(B.transpose(0, 2, 1), A.transpose(0, 2, 1), O.transpose(0, 2, 1))
         else:
-            res = _matmul(A, B, st.scratch(f"{name}:c", (A.shape[0], A.shape[1], B.shape[2]),
-                                           A.dtype))
+            res = _matmul(A, B, st.scratch(f"{name}:c", (max(A.shape[0], B.shape[0]),
+                                                          A.shape[1], B.shape[2]), A.dtype))
             st.copy(t, res.reshape(t.shape))
             O = None
         if scale_c:
