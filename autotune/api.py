@@ -74,8 +74,11 @@ def run_search(w: Workload, device: str = "cpu", db: str | os.PathLike | None = 
 
 def best_candidate(w: Workload, device: str = "cpu", db=None
                    ) -> tuple[Candidate | None, BestPlan | None]:
-    """The cached best plan for ``w`` on ``device`` (its candidate and its record), or Nones."""
+    """The cached best plan for ``w`` on ``device`` (its candidate and its record), or Nones
+    (a database that does not exist is not created to say so)."""
     env = resolve(device)
+    if not Path(db if db is not None else default_db_path()).expanduser().exists():
+        return None, None
     store = open_db(db)
     try:
         best = store.best(PlanKey.for_env(w.hash, env).key)

@@ -11,7 +11,7 @@ from autotune.cli.common import (DEFAULT_WORKLOAD, CliError, Db, Dims, Format, R
                                  WorkloadArg, _api, choice, handled, load)
 from autotune.report.units import fmt_s
 
-EXPLAIN_PLANS = ("unfused", "greedy", "heuristic", "chained")
+EXPLAIN_PLANS = ("unfused", "greedy", "heuristic", "chained", "best")
 EXPLAIN_DEVICES = ("h200", "h100", "a100", "cpu")
 
 
@@ -28,16 +28,29 @@ def _cost_model_device(device: str):
     return spec
 
 
+def _cached_best(w, workload: str, device: str, db):
+    """The cached best plan of ``w`` for the run device ``device`` (cpu or cuda) in ``db``."""
+    cand, _ = _api().best_candidate(w, device, db)
+    if cand is None:
+        raise CliError(f"no cached plan for {w.name} on this {device} device; run "
+                       f"`autotune search {workload} --device {device}` first")
+    return cand
+
+
 @handled
 def explain(workload: WorkloadArg = DEFAULT_WORKLOAD,
             dims: Dims = None,
-            plan: Annotated[str, choice("--plan", EXPLAIN_PLANS, "the named plan")] = "heuristic",
+            plan: Annotated[str, choice("--plan", EXPLAIN_PLANS,
+                                        "a named plan, or best: the cached best plan in --db "
+                                        "for the device (cpu, or cuda for a GPU preset)")
+                            ] = "heuristic",
             device: Annotated[str, choice("--device", EXPLAIN_DEVICES,
                                           "a datasheet preset, or cpu (calibrated)")] = "h200",
             fmt: Format = "table",
             dot: Optional[str] = typer.Option(None, "--dot", metavar="FILE",
-                                              help="write the dispatch graph as Graphviz DOT")):
-    """Predict a named plan's time group by group, and show why (recompute, bytes, bound)."""
+                                              help="write the dispatch graph as Graphviz DOT"),
+            db: Db = None):
+    """Predict a plan's time group by group, and show why (recompute, bytes, bound)."""
     import costmodel
     from search_spaces.plans import chained_plan, named_plan
     from search_spaces.space import SearchSpace
@@ -49,7 +62,10 @@ def explain(workload: WorkloadArg = DEFAULT_WORKLOAD,
     spec = _cost_model_device(device)
     w = load(workload, dims)
     space = SearchSpace(w)
-    cand = chained_plan(space) if plan == "chained" else named_plan(space, plan)
+    if plan == "best":
+        cand = _cached_best(w, workload, "cpu" if device == "cpu" else "cuda", db)
+    else:
+        cand = chained_plan(space) if plan == "chained" else named_plan(space, plan)
     est = costmodel.estimate(w, cand, spec)
     chosen = dict(cand.orders)
     orders = [(ch, chosen.get(stmt)) for stmt, ch in sorted(space.order_choices.items())]
@@ -154,10 +170,7 @@ def emit(workload: WorkloadArg = DEFAULT_WORKLOAD,
     w = load(workload, dims)
     api = _api()
     if plan == "best":
-        cand, _ = api.best_candidate(w, device, db)
-        if cand is None:
-            raise CliError(f"no cached plan for {w.name} on this {device} device; run "
-                           f"`autotune search {workload} --device {device}` first")
+        cand = _cached_best(w, workload, device, db)
     elif plan == "chained":
         cand = chained_plan(api.space_for(w, device))
     else:
