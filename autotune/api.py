@@ -34,8 +34,13 @@ def cache_root(db_path: Path | None = None) -> Path:
     return (Path(db_path) if db_path else default_db_path()).expanduser().resolve().parent
 
 
+def plan_db_path(db: str | os.PathLike | None = None) -> Path:
+    """The plan database's path: ``db``, else the default one."""
+    return Path(db if db is not None else default_db_path())
+
+
 def open_db(db: str | os.PathLike | None = None) -> PlanDB:
-    return PlanDB(db if db is not None else default_db_path())
+    return PlanDB(plan_db_path(db))
 
 
 def space_for(w: Workload, kind: str) -> SearchSpace:
@@ -77,7 +82,7 @@ def best_candidate(w: Workload, device: str = "cpu", db=None
     """The cached best plan for ``w`` on ``device`` (its candidate and its record), or Nones
     (a database that does not exist is not created to say so)."""
     env = resolve(device)
-    if not Path(db if db is not None else default_db_path()).expanduser().exists():
+    if not plan_db_path(db).expanduser().exists():
         return None, None
     store = open_db(db)
     try:

@@ -100,17 +100,15 @@ def _library_group(w, g: Group, layout_of, dev: DeviceSpec, item: int) -> GroupC
     # the CPU executor batches over the output's outer indices, the other operand broadcast,
     # where only that writes the result in place (search_spaces.gemm.broadcast_form)
     split = broadcast_form(form, op, w.shapes, layout_of) if dev.kind == "cpu" else None
+    bcast = None
     if split is not None:
-        form = split[0]
+        form, bcast = split
     ext = dict(zip(op.domain, op.extents))
     size = lambda idx: math.prod(ext[i] for i in idx)
     b_, m, n, k = size(form.batch), size(form.m), size(form.n), size(form.k)
     flops = 2.0 * b_ * m * n * k
     bytes_ = copy_bytes = 0.0
-    ga, gb, go = operand_groups(form)
-    if split is not None:           # the broadcast operand is one matrix
-        ga, gb = ((((), ga[1], ga[2]) if split[1] == "a" else ga),
-                  (((), gb[1], gb[2]) if split[1] == "b" else gb))
+    ga, gb, go = operand_groups(form, bcast)
     for tensor, idx, grp in ((form.a.tensor, form.a.idx, ga), (form.b.tensor, form.b.idx, gb),
                              (op.out, op.parallel, go)):
         nbytes = math.prod(w.shapes[tensor]) * item

@@ -90,9 +90,11 @@ def as_matrix_view(idx: tuple[str, ...], shape: tuple[int, ...], perm: tuple[int
     return rows in (0, 1) or cols in (0, 1)
 
 
-def operand_groups(form: GemmForm) -> tuple[tuple, tuple, tuple]:
-    """(A groups, B groups, out groups) in matmul order."""
-    return ((form.batch, form.m, form.k), (form.batch, form.k, form.n),
+def operand_groups(form: GemmForm, broadcast: str | None = None) -> tuple[tuple, tuple, tuple]:
+    """(A groups, B groups, out groups) in matmul order; ``broadcast`` ("a" or "b", from
+    :func:`broadcast_form`) names the operand that is one matrix over the form's batch."""
+    return ((() if broadcast == "a" else form.batch, form.m, form.k),
+            (() if broadcast == "b" else form.batch, form.k, form.n),
             (form.batch, form.m, form.n))
 
 

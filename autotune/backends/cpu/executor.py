@@ -15,7 +15,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from search_spaces.candidate import IMPL_KERNEL, IMPL_LIBRARY, Candidate
-from search_spaces.gemm import broadcast_form, gemm_form
+from search_spaces.gemm import broadcast_form, gemm_form, operand_groups
 from search_spaces.partition import Group, groups, materialized
 from search_spaces.rewrite import rewritten
 from search_spaces.workload import Workload
@@ -295,14 +295,13 @@ class CompiledPlan:
     def _gemm(self, name: str, env, prep: Prepared | None = None) -> None:
         op, f, bcast = self._forms[name]
         st = self.staging
+        ga, gb, go = operand_groups(f, bcast)
         A = derived(prep, f"{name}:a", (f.a.tensor,), st, lambda s: as3(
-            env[f.a.tensor], f.a.idx, (() if bcast == "a" else f.batch, f.m, f.k), s,
-            f"{name}:a", blas=True))
+            env[f.a.tensor], f.a.idx, ga, s, f"{name}:a", blas=True))
         B = derived(prep, f"{name}:b", (f.b.tensor,), st, lambda s: as3(
-            env[f.b.tensor], f.b.idx, (() if bcast == "b" else f.batch, f.k, f.n), s,
-            f"{name}:b", blas=True))
+            env[f.b.tensor], f.b.idx, gb, s, f"{name}:b", blas=True))
         out = env[name]
-        t, O = view3(out, op.parallel, (f.batch, f.m, f.n))
+        t, O = view3(out, op.parallel, go)
         # NumPy's product has no alpha: the contraction's scale goes on the smallest of the
         # three matrices (outer_product_mean's 1/S over its 67 MB result took 24 ms a call,
         # one thread, where its 1 MB operand takes microseconds)
