@@ -14,17 +14,22 @@ before they sleep.  A spinning thread of one holds a core the other's next paral
   up to 1.9x faster, and the default's times depended on what ran before (the source of
   candidates measuring 2x their model for no feature of theirs).
 
-Sleeping at once has its own price: every parallel region and every GEMM then wakes a thread
-(on a virtual machine tens of microseconds each), which a plan of a few milliseconds with a
-dozen groups pays a dozen times.  A short spin in between keeps the wake-ups off the back-to-back
-groups and ends long before a spinning thread can hold a core for long: ``GOMP_SPINCOUNT=5000``
-(libgomp counts about 100,000 spins per millisecond: some 50 us) and
-``OPENBLAS_THREAD_TIMEOUT=17`` (2^17 cycles, about 50 us).  Measured on 2 cores (AVX-512
-host), the heuristic plans called back to back after a 0.1 s warm-up, medians of 5 batches,
-one process per setting, two alternations, old -> new: attention 2.52-2.60 -> 1.96-2.26 ms,
-gated_mlp 3.75-3.87 -> 3.47-3.75 ms, trimul_outgoing (N=256) 139-146 -> 139-148 ms,
-outer_product_mean 38.6-40.2 -> 37.1-39.9 ms; the old defaults' spins (3 ms and 0.1 s) made
-the same plans 1.2-7.5x slower.
+Sleeping at once has its own price: every parallel region and every GEMM then wakes a thread (on
+a virtual machine tens of microseconds each), which a plan of a few milliseconds with a dozen
+groups pays a dozen times. A short spin in between keeps the wake-ups off the back-to-back
+groups and ends before a spinning thread can hold a core for long: ``GOMP_SPINCOUNT=1000`` and
+``OPENBLAS_THREAD_TIMEOUT=14`` (2^14 cycles of the time-stamp counter: 7 us at 2.4 GHz). Spins
+of about 50 us (5000 and 17, this module's earlier values, measured on an AVX-512 host against
+the runtimes' own 3 ms and 0.1 s, which made plans 1.2-7.5x slower) were still long enough, on
+the 2-core AMD EPYC (znver1) host, to hold the core that the next group of the other runtime
+needed: odd_mlp's heuristic plan (tanh loop groups between 997x53x53 GEMMs) ran a GEMM in 170 us
+where it takes 70, and the loop groups after them in 55 us where they take 30. Heuristic plans
+called back to back, medians of 7 rounds, one process per setting, two alternations, 5000/17 ->
+1000/14: odd_mlp 414-420 -> 254-257 us, var_pow 503-509 -> 392-395 us, attention 1917-1920 ->
+1762-1771 us, gelu_mlp 3.56-3.58 -> 3.37-3.47 ms, maxpool_proj 1.37-1.38 -> 1.29-1.32 ms;
+gated_mlp, outer_product_mean, msa_row_attention and long_elementwise (loop groups only) within
+the spread of the two alternations. 5000/14 and 1000/17 each kept part of the loss; 300/12 read
+as 1000/14 (bench/results/threads-spin/).
 
 Both runtimes read their variable once, when they are loaded, so :func:`apply` runs at
 ``import autotune``, before NumPy is imported; a value the user set wins.  A runtime loaded
@@ -39,8 +44,8 @@ import warnings
 
 # (variable, value, a substring of the runtime library's file name)
 SETTINGS = (("OMP_WAIT_POLICY", "PASSIVE", "libgomp"),
-            ("GOMP_SPINCOUNT", "5000", "libgomp"),
-            ("OPENBLAS_THREAD_TIMEOUT", "17", "openblas"))
+            ("GOMP_SPINCOUNT", "1000", "libgomp"),
+            ("OPENBLAS_THREAD_TIMEOUT", "14", "openblas"))
 # libgomp's spin count overrides its wait policy: one a user chose is not overridden
 _UNLESS = {"GOMP_SPINCOUNT": "OMP_WAIT_POLICY"}
 

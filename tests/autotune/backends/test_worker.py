@@ -223,13 +223,13 @@ def test_worker_tolerance_and_non_finite_outputs(w, plans, hostile):
 
 
 @pytest.mark.parametrize("var, default", [("OMP_WAIT_POLICY", "PASSIVE"),
-                                          ("GOMP_SPINCOUNT", "5000"),
-                                          ("OPENBLAS_THREAD_TIMEOUT", "17")])
+                                          ("GOMP_SPINCOUNT", "1000"),
+                                          ("OPENBLAS_THREAD_TIMEOUT", "14")])
 @pytest.mark.parametrize("preset", [None, "7"])
 def test_idle_threads_sleep_between_groups_unless_the_user_says_otherwise(var, default, preset):
     # spinning OpenMP threads slowed whole plans 1.2-3x by holding the cores BLAS needed, and
-    # spinning OpenBLAS threads slowed the loop groups after a GEMM up to 2x; a spin of some
-    # 50 us each keeps the wake-ups off back-to-back groups
+    # spinning OpenBLAS threads slowed the loop groups after a GEMM up to 2x; a short spin
+    # each keeps the wake-ups off back-to-back groups
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT",
                                                             "OPENBLAS_THREAD_TIMEOUT")}
     if preset:
@@ -257,7 +257,7 @@ def test_numpy_imported_before_autotune_is_warned_about():
     code = ("import numpy, warnings; warnings.simplefilter('error'); "
             "import autotune.backends.cpu.executor")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert r.returncode != 0 and "OPENBLAS_THREAD_TIMEOUT=17" in r.stderr
+    assert r.returncode != 0 and "OPENBLAS_THREAD_TIMEOUT=14" in r.stderr
 
 
 def test_openmp_loaded_before_autotune_is_warned_about():

@@ -134,3 +134,15 @@ def test_binding_bench_times_the_plan_bound_and_not(tmp_path):
     assert len(d["per_round_s"]["bound"]) == 2
     assert set(d["prepared"]) == {"constant_groups", "operands_bytes"}
     assert d["plan"] == "heuristic"         # nothing tuned in the test's fresh database
+
+
+def test_thread_spin_bench_runs_each_setting_in_its_own_process(tmp_path):
+    run_script("thread_spin.py", "gated_mlp", "--dims", "T=8,C=8,F=16", "--settings",
+               "5000/17,300/12", "--rounds", "1", "--alternations", "1",
+               "--out", str(tmp_path / "out"), tmp_path=tmp_path)
+    d = only_json(tmp_path / "out")
+    assert [r["setting"] for r in d["records"]] == ["5000/17", "300/12"]
+    # each process ran under its own setting (the one autotune.threads leaves alone)
+    assert [r["env"]["GOMP_SPINCOUNT"] for r in d["records"]] == ["5000", "300"]
+    assert [r["env"]["OPENBLAS_THREAD_TIMEOUT"] for r in d["records"]] == ["17", "12"]
+    assert all(r["median_s"]["heuristic"] > 0 for r in d["records"])
