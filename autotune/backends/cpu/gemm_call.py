@@ -52,6 +52,12 @@ class GemmKernel:
         """For a pair (``spec.pair``), ``a`` or ``b`` is the two contractions' other operands
         interleaved along the paired axis (:func:`interleave`), and ``c`` has half its extent
         there (less the padding)."""
+        self.call_with(self.arguments(a, b, c, alpha, extra))
+
+    def arguments(self, a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: float = 1.0,
+                  extra: tuple[np.ndarray, ...] = ()) -> tuple:
+        """The C call's arguments for these arrays (checked; ValueError where the kernel cannot
+        take them): :meth:`call_with` runs the kernel on them again while the arrays live."""
         key = (a.dtype, a.shape, a.strides, b.dtype, b.shape, b.strides, c.dtype, c.shape,
                c.strides, c.flags.writeable,
                tuple((x.dtype, x.shape, x.strides) for x in extra))
@@ -64,7 +70,12 @@ class GemmKernel:
                 self._dims.clear()
             dims = self._dims[key] = self._checked_dims(a, b, c, extra)
         xs = (ctypes.c_void_p * max(1, len(extra)))(*[x.ctypes.data for x in extra])
-        self._fn(a.ctypes.data, b.ctypes.data, c.ctypes.data, dims, float(alpha), xs)
+        return (a.ctypes.data, b.ctypes.data, c.ctypes.data, dims, float(alpha), xs)
+
+    def call_with(self, args: tuple) -> None:
+        """The kernel on :meth:`arguments`' result (the arrays it was made from still alive
+        and unmoved: the caller's word)."""
+        self._fn(*args)
 
     def _checked_dims(self, a: np.ndarray, b: np.ndarray, c: np.ndarray,
                       extra: tuple[np.ndarray, ...]):
