@@ -132,9 +132,10 @@ CPU_DEFAULT = DeviceSpec("cpu", "cpu", f32_flops=157e9, tf32_flops=0.0, bf16_flo
                          # dozen instructions (the rest is the dealing, paid per chunk)
                          vector_width=8, tile_overhead_s=10e-9, tile_setup_s=5e-9,
                          region_s=0.49e-6, thread_start_s=6.7e-6, library_call_s=40e-6,
-                         # `autotune calibrate` there: a 2 x 2 kernel group's call 18.8 us,
-                         # a loop group's 9.7 us (the probe alone, best of 5: 26.7 / 9.4 us)
-                         kernel_call_s=9e-6,
+                         # `autotune calibrate` there since a kernel group keeps its C
+                         # arguments between calls (ed517a9): a 2 x 2 kernel group's call
+                         # 4.9 us, a loop group's 3.3 us (before: 19.5 / 4.0 us)
+                         kernel_call_s=1.6e-6,
                          gemm_shapes=GemmShapes(skinny_k=0.6, skinny_mn=1.9, batched_small=1.1),
                          access=AccessCosts(strided_read=38.0, strided_write=27.0,
                                             transpose_copy=14.0),

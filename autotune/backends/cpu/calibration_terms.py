@@ -163,7 +163,9 @@ def terms(ev: dict, cores: int) -> dict:
                                 - out.get("launch_s", CPU_DEFAULT.launch_s), 0.0)
     if "kernel_group_call_s" in ev:
         # what a kernel group's call costs beyond a loop group's (both over 2 x 2 matrices):
-        # the operands' views, the argument arrays, the kernel's own set-up
+        # the operands' views, the argument arrays, the kernel's own set-up; the probe passes
+        # the same arrays on every call, as a search's timed runs do, so a kernel group's
+        # kept arguments (kernel_group.KernelGroup._remember) serve it
         out["kernel_call_s"] = max(ev["kernel_group_call_s"] - ev.get(
             "loop_group_call_s", CPU_DEFAULT.launch_s + region), 0.0)
     if ev.get("kernel_samples"):
