@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 
 from search_spaces.candidate import IMPL_LOOP, Candidate
-from search_spaces.footprint import footprint_shape, footprints
+from search_spaces.footprint import footprint_shape, footprints, item_bytes
 from search_spaces.partition import Group, groups
 from search_spaces.workload import Workload
 
@@ -32,10 +32,6 @@ SHARED_OPTIN_BYTES = {                        # per block with the opt-in, by de
 SHARED_OPTIN_BY_ARCH = {"sm_80": 163 * KB, "sm_86": 99 * KB, "sm_89": 99 * KB,
                         "sm_90": 227 * KB}
 ALIGN_BYTES = 16
-
-
-def item_bytes(w: Workload) -> int:
-    return 4 if w.dtype == "float32" else 8
 
 
 def shared_layout(w: Workload, g: Group, tiles: tuple[int, ...]

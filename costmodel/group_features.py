@@ -20,6 +20,7 @@ import json
 import math
 
 from search_spaces.candidate import IMPL_KERNEL, IMPL_LIBRARY, Candidate
+from search_spaces.footprint import item_bytes
 from search_spaces.workload import Workload
 
 from .devices import DeviceSpec
@@ -81,7 +82,7 @@ def group_features(w: Workload, cand: Candidate, g: GroupCost, dev: DeviceSpec
         waves = math.ceil(n / max(dev.parallel_units, 1))
         occ = n / (waves * max(dev.parallel_units, 1))
         elems = math.log(max(math.prod(min(t, e) for t, e in zip(g.tiles, shape)), 1))
-    item = 4 if w.dtype == "float32" else 8
+    item = item_bytes(w)
     kern = _kernel_flags(cand, g, item)
     binary = kern[:len(KERNEL_FLAGS)]
     pairs = tuple(a * b for a, b in itertools.combinations(binary, 2))

@@ -12,9 +12,9 @@ import math
 
 from search_spaces.candidate import IMPL_KERNEL, IMPL_LIBRARY, Candidate
 from search_spaces.chain import detect
-from search_spaces.footprint import (conflicting, footprint_shape, footprints, lines_between,
-                                     nest_extents, plan_group, revisited_far, strides,
-                                     tile_dealing, write_strides, writes_in_place)
+from search_spaces.footprint import (conflicting, footprint_shape, footprints, item_bytes,
+                                     lines_between, nest_extents, plan_group, revisited_far,
+                                     strides, tile_dealing, write_strides, writes_in_place)
 from search_spaces.gemm import as_matrix_view, broadcast_form, gemm_form, operand_groups
 from search_spaces.inlining import inlined_members
 from search_spaces.partition import Group, groups, materialized
@@ -56,7 +56,7 @@ def estimate(w: Workload, cand: Candidate, dev: DeviceSpec) -> CostEstimate:
     w = rewritten(w, cand)
     fused = cand.fused_pairs
     mats = materialized(w, fused)
-    item = 4 if w.dtype == "float32" else 8
+    item = item_bytes(w)
     layout_of = lambda t: cand.layout(t, len(w.shapes[t]))
     out = []
     chains = detect(w) if any(s.chain_block for s in cand.schedules) else {}
@@ -292,7 +292,7 @@ def memory_bytes(w: Workload, cand: Candidate, threads: int) -> int:
     its own tile buffers (0 on a GPU, whose tile buffers live in shared memory).
     """
     w = rewritten(w, cand)
-    item = 4 if w.dtype == "float32" else 8
+    item = item_bytes(w)
     fused = cand.fused_pairs
     whole = {n for n, _ in w.inputs} | set(w.outputs) | materialized(w, fused)
     total = sum(math.prod(w.shapes[t]) for t in whole) * item

@@ -135,8 +135,9 @@ def streaming_order(op: Op, order: tuple[str, ...], dominant: dict[str, int],
     return present[:-1] + tuple(absent) + present[-1:]
 
 
-def _item(w: Workload) -> int:
-    return 8 if w.dtype == "float64" else 4
+def item_bytes(w: Workload) -> int:
+    """Bytes of one element of ``w``'s dtype."""
+    return 4 if w.dtype == "float32" else 8
 
 
 # A loop at least this long fills the vector units (8 float32 lanes of AVX2); a shorter
@@ -316,6 +317,7 @@ def plan_group(w: Workload, g: Group, tiles: tuple[int, ...], layout_of) -> list
     anchor = w.op(g.anchor)
     fps = footprints(w, g, tiles)
     members = set(g.members)
+    item = item_bytes(w)
     out = []
     for op in w.ops:
         if op.out not in members:
@@ -341,12 +343,12 @@ def plan_group(w: Workload, g: Group, tiles: tuple[int, ...], layout_of) -> list
         fshape = footprint_shape(op, fp, anchor, tiles)
         # the dominant operand's bytes where it is a tensor of memory (0: the op's own output
         # or a member's buffer)
-        dom_bytes = best_size * _item(w) if any(glob and st is best
-                                                for st, glob, _ in reads) else 0
+        dom_bytes = best_size * item if any(glob and st is best for st, glob, _ in reads) \
+            else 0
         if best is None or best_size < math.prod(fshape):
             best, dom_bytes = {i: s for i, s in zip(op.parallel, own)}, 0
         extents = nest_extents(op, fshape)
-        order = streaming_order(op, loop_order(op, best), best, extents, _item(w), dom_bytes)
+        order = streaming_order(op, loop_order(op, best), best, extents, item, dom_bytes)
         largest = max([size for *_, size in reads] + [math.prod(fshape)])
         inner = inner_loop(op, [(st, glob and 8 * size < largest) for st, glob, size in reads],
                            lambda i: write_strides(w, g, op, fp, anchor, tiles, layout_of, i),
