@@ -118,8 +118,9 @@ def kernel_threads(b: int, m: int, n: int, kk: int, p: KernelParams | None,
                    dev: DeviceSpec) -> tuple[float, int]:
     """(share of the cores kept busy, barriers between them) for a ``b`` x (m x n x kk) product.
     Split "batch" (with more than one item) gives each thread whole items, no barrier; split
-    "m" shares each item's row blocks between all threads, with a barrier after each NC x KC
-    block's B packing and after its row blocks (gemm_driver.item_shared)."""
+    "m" shares each item's row blocks between all threads (and, where they are fewer than the
+    threads, column chunks of each), with a barrier after each NC x KC block's B packing and
+    after its blocks of C (gemm_driver.item_shared)."""
     cores = max(dev.parallel_units, 1)
     if p is None:
         return 1.0, 0
@@ -127,6 +128,12 @@ def kernel_threads(b: int, m: int, n: int, kk: int, p: KernelParams | None,
         return b / (math.ceil(b / cores) * cores), 0
     rows = math.ceil(math.ceil(m / cores) / p.mr) * p.mr
     busy = min(cores, math.ceil(m / rows))
+    if busy < cores:
+        # rows too few to go round: each row block's columns are cut into chunks of whole
+        # micro-panels, one per idle thread (gemm_driver._entry)
+        width = min(n, p.nc)
+        chunk = math.ceil(math.ceil(width / math.ceil(cores / busy)) / p.nr) * p.nr
+        busy = min(cores, busy * math.ceil(width / chunk))
     blocks = math.ceil(n / p.nc) * max(1, math.ceil(kk / p.kc))
     return busy / cores, b * blocks * (1 + int(p.pack_b))
 

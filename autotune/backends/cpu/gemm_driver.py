@@ -16,15 +16,18 @@ ENTRY = "gemm_kernel"
 
 def _item(s: KernelSpec, shared: bool) -> str:
     """All blocks of one batch item.  ``shared``: called by every thread of a parallel region,
-    which split B's packing and the MC blocks between them (the loops' implicit barriers keep
-    the shared B block intact until every thread is done with it)."""
+    which split B's packing and the blocks of C between them (the loops' implicit barriers keep
+    the shared B block intact until every thread is done with it).  The blocks of C are the MC
+    blocks of rows, each cut into ``nq`` column chunks (whole micro-panels): more than one
+    where the rows alone leave threads idle (see :func:`_entry`)."""
     omp = "#pragma omp for schedule(static)" if shared else ""
+    omp2 = "#pragma omp for schedule(static) collapse(2)" if shared else ""
     name = "item_shared" if shared else "item_serial"
-    c_at = f"RC + {half_at(s, 'rows', 'ic')} * rc_r + {half_at(s, 'cols', 'jc')} * rc_c"
+    c_at = f"RC + {half_at(s, 'rows', 'ic')} * rc_r + {half_at(s, 'cols', '(jc + jq)')} * rc_c"
     return f"""
 static void {name}(const T *RA, long ra_r, long ra_k, const T *RB, long rb_k, long rb_c, T *RC,
                    long rc_r, long rc_c, long M, long N, long K, long mcx, int pa, int pb,
-                   int wr, T alpha, T *ab, T *bb, T *ea, T *eb, const X *x) {{
+                   int wr, T alpha, T *ab, T *bb, T *ea, T *eb, const X *x, long nq) {{
   long nk = K > 0 ? (K + KC - 1) / KC : 1;
   for (long jc = 0; jc < N; jc += NC) {{
     long nc = N - jc < NC ? N - jc : NC;
@@ -37,14 +40,16 @@ static void {name}(const T *RA, long ra_r, long ra_k, const T *RB, long rb_k, lo
           pack_b(kc, nc - jr < NR ? nc - jr : NR, Bb + jr * rb_c, rb_k, rb_c, bb + jr * kc,
                  pc, jc + jr, x);
       }}
-      {omp}
-      for (long ic = 0; ic < M; ic += mcx) {{
-        long mc = M - ic < mcx ? M - ic : mcx;
+      long cw = nq > 1 ? ((nc + nq - 1) / nq + NR - 1) / NR * NR : nc;
+      {omp2}
+      for (long ic = 0; ic < M; ic += mcx)
+      for (long jq = 0; jq < nc; jq += cw) {{
+        long mc = M - ic < mcx ? M - ic : mcx, nw = nc - jq < cw ? nc - jq : cw;
         const T *Ab = RA + ic * ra_r + pc * ra_k;
         if (pa) pack_a(mc, kc, Ab, ra_r, ra_k, ab, ic, pc, x);
-        macro(mc, nc, kc, pa ? ab : Ab, ra_r, ra_k, pa, pb ? bb : Bb, rb_k, pb,
-              {c_at}, rc_r, rc_c, kb == 0 ? wr : 0, kb == nk - 1, alpha, ic,
-              jc, pc,
+        macro(mc, nw, kc, pa ? ab : Ab, ra_r, ra_k, pa, pb ? bb + jq * kc : Bb + jq * rb_c,
+              rb_k, pb, {c_at}, rc_r, rc_c, kb == 0 ? wr : 0, kb == nk - 1, alpha, ic,
+              jc + jq, pc,
               ea, eb, x);
       }}
     }}
@@ -122,7 +127,7 @@ void {ENTRY}(const T *A, const T *B, T *C, const long *d, double alpha_,
       T *ea = grow(&t_ea, &t_eacap, MR * kcx), *eb = grow(&t_eb, &t_ebcap, NR * kcx);
       X xb = at_batch(x, b);
       item_serial(RA + b * ra_b, ra_r, ra_k, RB + b * rb_b, rb_k, rb_c, C + b * rc_b, rc_r, rc_c,
-                  M, N, K, MC, pa, pb, wr, alpha, ab, bb, ea, eb, &xb);
+                  M, N, K, MC, pa, pb, wr, alpha, ab, bb, ea, eb, &xb, 1);
     }}
     SFENCE();
     return;
@@ -131,6 +136,9 @@ void {ENTRY}(const T *A, const T *B, T *C, const long *d, double alpha_,
   long nblk = (M + MC - 1) / MC;
   if (nblk % nt) nblk += nt - nblk % nt;
   long mcx = ((M + nblk - 1) / nblk + MR - 1) / MR * MR;
+  /* rows too few to go round (a few tokens through a weight: M = 4 on two threads left one
+     idle) also cut each block's columns, in whole micro-panels, into as many chunks */
+  long rblk = (M + mcx - 1) / mcx, nq = rblk < nt ? (nt + rblk - 1) / rblk : 1;
   T *bb = pb ? grow(&g_b, &g_bcap, kcx * ncx) : 0;
   #pragma omp parallel
   {{
@@ -139,7 +147,7 @@ void {ENTRY}(const T *A, const T *B, T *C, const long *d, double alpha_,
     for (long b = 0; b < nb; b++) {{
       X xb = at_batch(x, b);
       item_shared(RA + b * ra_b, ra_r, ra_k, RB + b * rb_b, rb_k, rb_c, C + b * rc_b, rc_r, rc_c,
-                  M, N, K, mcx, pa, pb, wr, alpha, ab, bb, ea, eb, &xb);
+                  M, N, K, mcx, pa, pb, wr, alpha, ab, bb, ea, eb, &xb, nq);
     }}
     SFENCE();
   }}

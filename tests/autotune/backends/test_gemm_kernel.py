@@ -196,3 +196,57 @@ def test_source_uses_the_requested_vectors():
     src = kernel_source(KernelSpec(replace(p, pack_a=False),
                                    prologue_a=Transform("{x} * 2")))
     assert "static inline void ukr_u(" not in src
+
+
+FEW_ROWS = [(1, 4, 203, 37), (1, 1, 77, 20), (2, 3, 130, 50), (1, 5, 64, 9)]
+
+
+@pytest.mark.parametrize("change", [{}, dict(pack_b=False), dict(pack_a=False, pack_b=False),
+                                    dict(outer=OUTER_A), dict(kc=64, stream=True)])
+def test_few_rows_split_the_columns(kdir, change):
+    """Rows too few to give every thread a row block (a decoding step's 4 tokens): the threads
+    take column chunks of whole micro-panels instead.  Results against float64 in every
+    layout, with a per-row prologue and a per-column epilogue that catch a chunk read or
+    stored at the wrong offset."""
+    dtype = "float32"
+    p = legalize(replace(_small(dtype), mr=4, mc=4, **change), 4)
+    spec = KernelSpec(p, dtype, prologue_a=Transform("{x} * x->scale[{m}]", ("scale",)),
+                      epilogue=Transform("({x} + x->bias[{n}]) * 2", ("bias",)))
+    kern = load_gemm_kernel(spec, kdir)
+    rng = np.random.default_rng(7)
+    for layout in ("rows", "cols", "strided"):
+        for nb, m, n, k in FEW_ROWS:
+            a, b = _operands(rng, dtype, nb, m, n, k, layout)
+            scale = rng.standard_normal(m).astype(np.float32)
+            bias = rng.standard_normal(n).astype(np.float32)
+            c = np.full((nb, m, n), np.nan, dtype=dtype)
+            kern(a, b, c, 1.0, (scale, bias))
+            _check(c, a * scale[None, :, None], b, post=lambda x: (x + bias) * 2)
+
+
+def test_few_rows_keep_every_thread_busy(kdir):
+    """Which thread stored each element of C (its number, through the epilogue): with 4 rows
+    and one row block, every thread of the region has columns of its own.  Fails where one
+    thread takes the whole block."""
+    probe = load_gemm_kernel(KernelSpec(_small("float32"), "float32",
+                                        epilogue=Transform("{x} * 0 + omp_get_thread_num()")),
+                             kdir)
+    rng = np.random.default_rng(8)
+    a, b = _operands(rng, "float32", 1, 4, 256, 16, "rows")
+    c = np.full((1, 4, 256), np.nan, dtype=np.float32)
+    probe(a, b, c)
+    threads = set(np.unique(c).tolist())
+    expected = set(range(min(4, _region_threads(kdir))))
+    assert threads == expected, (threads, expected)
+
+
+def _region_threads(kdir) -> int:
+    """Threads of the kernel's parallel region: a 64-row product whose row blocks go round."""
+    probe = load_gemm_kernel(KernelSpec(replace(_small("float32"), mc=6), "float32",
+                                        epilogue=Transform("{x} * 0 + omp_get_thread_num()")),
+                             kdir)
+    rng = np.random.default_rng(9)
+    a, b = _operands(rng, "float32", 1, 240, 16, 8, "rows")
+    c = np.empty((1, 240, 16), dtype=np.float32)
+    probe(a, b, c)
+    return int(c.max()) + 1
