@@ -120,7 +120,8 @@ def kernel_threads(b: int, m: int, n: int, kk: int, p: KernelParams | None,
     Split "batch" (with more than one item) gives each thread whole items, no barrier; split
     "m" shares each item's row blocks between all threads (and, where they are fewer than the
     threads, column chunks of each), with a barrier after each NC x KC block's B packing and
-    after its blocks of C (gemm_driver.item_shared)."""
+    after its blocks of C where B is packed, none where it is read in place
+    (gemm_driver.item_shared)."""
     cores = max(dev.parallel_units, 1)
     if p is None:
         return 1.0, 0
@@ -135,7 +136,8 @@ def kernel_threads(b: int, m: int, n: int, kk: int, p: KernelParams | None,
         chunk = math.ceil(math.ceil(width / math.ceil(cores / busy)) / p.nr) * p.nr
         busy = min(cores, busy * math.ceil(width / chunk))
     blocks = math.ceil(n / p.nc) * max(1, math.ceil(kk / p.kc))
-    return busy / cores, b * blocks * (1 + int(p.pack_b))
+    # B read in place shares nothing between the threads: they run on without barriers
+    return busy / cores, (b * blocks * 2 if p.pack_b else 0)
 
 
 def kernel_compute_s(b: int, m: int, n: int, kk: int, p: KernelParams | None, item: int,
@@ -153,11 +155,20 @@ def kernel_compute_s(b: int, m: int, n: int, kk: int, p: KernelParams | None, it
     return flops / (rate * max(eff, GEMM_FLOOR)) * factor + barriers * dev.kernel.barrier_s
 
 
+def c_passes(c_bytes: float, kk: int, kc: int, dev: DeviceSpec) -> int:
+    """Times C crosses the memory bus: written after the first K slice, read and written
+    after each further one, unless the cores' shares of it stay in their private caches
+    between slices (a C of a few rows: a decoding step's 4 x 3072 is 24 KB a core)."""
+    if c_bytes <= dev.tile_cache_bytes * max(dev.parallel_units, 1) / 2:
+        return 1
+    return 2 * max(1, math.ceil(kk / kc)) - 1
+
+
 def plain_kernel_parts(b: int, m: int, n: int, kk: int, p: KernelParams, item: int,
                        dev: DeviceSpec) -> tuple[float, float]:
     """(arithmetic, the rest: traffic and launch) of :func:`plain_kernel_s`."""
     a, bb, c = (float(b * x * y * item) for x, y in ((m, kk), (kk, n), (m, n)))
-    moved = a * math.ceil(n / p.nc) + bb + c * (2 * max(1, math.ceil(kk / p.kc)) - 1)
+    moved = a * math.ceil(n / p.nc) + bb + c * c_passes(c, kk, p.kc, dev)
     compute = kernel_compute_s(b, m, n, kk, p, item, c, dev)
     return compute, moved / dev.bandwidth + kernel_launch_s(dev)
 
@@ -192,13 +203,13 @@ def kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev: Dev
             m = math.ceil(m / h) * 2 * h
     flops = 2.0 * b_ * m * n * kk
     nc, kc = (k.nc, k.kc) if k is not None else (max(n, 1), max(kk, 1))
-    passes = {"a": math.ceil(n / nc), "b": 1, "c": 2 * max(1, math.ceil(kk / kc)) - 1, "e": 1}
+    c_bytes = sum(nbytes for _, nbytes, role, _ in rows if role == "c")
+    passes = {"a": math.ceil(n / nc), "b": 1, "c": c_passes(c_bytes, kk, kc, dev), "e": 1}
     bytes_ = sum(nbytes * passes[role] for _, nbytes, role, _ in rows)
     unique = sum(nbytes for _, nbytes, _, _ in rows)
     # a copy reads and writes each byte with one side strided
     copy_bytes = sum(2 * copied * dev.access.transpose_copy for *_, copied in rows) \
         + pair_copy_bytes(w, parts, item)
-    c_bytes = sum(nbytes for _, nbytes, role, _ in rows if role == "c")
     compute = kernel_compute_s(b_, m, n, kk, k, item, c_bytes, dev)
     # the fused ops' arithmetic: an epilogue once per element of C at the loop rate (applied
     # to the register tile's vectors), a prologue once per element of its operand and packing

@@ -2,12 +2,12 @@
 to measurements of random legal configurations.  Pure: NumPy arithmetic, no I/O.
 
 The model's time for a configuration (``kernel_cost.plain_kernel_s``) is its arithmetic at the
-kernel's rate plus barriers, times one factor per parameter choice that applies, plus its traffic
-(which no factor scales, so it is taken off the measurement first).  In logs the factors are
-linear: ``ln((measured - traffic) / neutral) = c0 + sum(c_i * flag_i)``, where ``neutral`` is
-the model's arithmetic with every factor at 1; least squares gives the c_i (the factors are ``exp(c_i)``)
-and c0 (the kernel's rate is the assumed one over ``exp(c0)``).  The barrier cost enters the
-roofline additively, so it is chosen from a grid by the fit's residual.  A choice the samples
+kernel's rate times one factor per parameter choice that applies, plus its barriers and its
+traffic (which no factor scales, so they are taken off the measurement first).  In logs the
+factors are linear: ``ln((measured - traffic - barriers) / neutral) = c0 + sum(c_i * flag_i)``,
+where ``neutral`` is the model's arithmetic with every factor at 1; least squares gives the c_i
+(the factors are ``exp(c_i)``) and c0 (the kernel's rate is the assumed one over ``exp(c0)``).
+The cost of a barrier is chosen from a grid by the fit's residual.  A choice the samples
 never make (or always make) cannot be told apart from the rate and keeps its factor at 1.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 from search_spaces.kernel import KernelParams
 
 from .devices import DeviceSpec, KernelCosts
-from .kernel_cost import kernel_flags, plain_kernel_parts, plain_kernel_s
+from .kernel_cost import kernel_flags, kernel_threads, plain_kernel_parts, plain_kernel_s
 
 FACTORS = tuple(f.name for f in fields(KernelCosts) if f.name != "barrier_s")
 BARRIER_GRID_S = (0.0, 0.5e-6, 1e-6, 2e-6, 4e-6, 8e-6, 16e-6, 32e-6, 64e-6)
@@ -61,15 +61,16 @@ def fit_kernel_costs(samples: list[KernelSample], dev: DeviceSpec, item: int = 4
     flags = [_flags(s, item, dev) for s in samples]
     used = [f for f in FACTORS if 0 < sum(fl[f] for fl in flags) < len(samples)]
     x = np.array([[1.0] + [float(fl[f]) for f in used] for fl in flags])
-    # the traffic (no rate or factor in it) off each measurement, never below a tenth of it
+    # the traffic and the barriers (no rate or factor in them) off each measurement, never
+    # below a tenth of it: what is left is the arithmetic, which the factors scale
     rest = [plain_kernel_parts(*s.shape, s.params, item, dev)[1] for s in samples]
-    measured = np.log([max(s.seconds - r, 0.1 * s.seconds, 1e-12)
-                       for s, r in zip(samples, rest)])
+    barriers = [kernel_threads(*s.shape, s.params, dev)[1] for s in samples]
+    d0 = replace(dev, kernel_flops=rate0, kernel=KernelCosts(barrier_s=0.0))
+    neutral = np.log([plain_kernel_parts(*s.shape, s.params, item, d0)[0] for s in samples])
     best = None
     for barrier in BARRIER_GRID_S:
-        d0 = replace(dev, kernel_flops=rate0, kernel=KernelCosts(barrier_s=barrier))
-        y = measured - np.log([plain_kernel_parts(*s.shape, s.params, item, d0)[0]
-                               for s in samples])
+        y = np.log([max(s.seconds - r - nb * barrier, 0.1 * s.seconds, 1e-12)
+                    for s, r, nb in zip(samples, rest, barriers)]) - neutral
         coef = np.linalg.lstsq(x, y, rcond=None)[0]
         rss = float(np.sum((y - x @ coef) ** 2))
         if best is None or rss < best[0]:

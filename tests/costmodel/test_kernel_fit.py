@@ -44,10 +44,13 @@ def test_threads_split_items_or_rows():
     # split m: one barrier after B's packing and one after the row blocks, per block and item
     occ, barriers = kernel_threads(3, 4096, 1024, 512, params(nc=512, kc=256), dev)
     assert occ == 1.0 and barriers == 3 * 2 * 2 * 2
+    # B read in place: nothing shared, no barrier (gemm_driver: nowait between K slices)
     assert kernel_threads(3, 4096, 1024, 512, params(nc=512, kc=256, pack_b=False),
-                          dev)[1] == 3 * 2 * 2
-    # fewer rows than threads x the register tile: some threads idle
+                          dev)[1] == 0
+    # fewer rows than threads x the register tile, one micro-panel of columns: threads idle
     assert kernel_threads(1, 6, 64, 32, params(), dev)[0] == 0.25
+    # ... with columns to cut, every thread takes a chunk of them
+    assert kernel_threads(1, 6, 1024, 32, params(), dev)[0] == 1.0
     # one item cannot be split by batch: it falls back to rows
     assert kernel_threads(1, 4096, 64, 32, params(split="batch"), dev)[1] == 2
 

@@ -21,9 +21,20 @@ def _item(s: KernelSpec, shared: bool) -> str:
     blocks of rows, each cut into ``nq`` column chunks (whole micro-panels): more than one
     where the rows alone leave threads idle (see :func:`_entry`)."""
     omp = "#pragma omp for schedule(static)" if shared else ""
-    omp2 = "#pragma omp for schedule(static) collapse(2)" if shared else ""
+    blocks = "#pragma omp for schedule(static) collapse(2)" if shared else ""
     name = "item_shared" if shared else "item_serial"
     c_at = f"RC + {half_at(s, 'rows', 'ic')} * rc_r + {half_at(s, 'cols', '(jc + jq)')} * rc_c"
+    loop = f"""for (long ic = 0; ic < M; ic += mcx)
+        for (long jq = 0; jq < nc; jq += cw) {{
+          long mc = M - ic < mcx ? M - ic : mcx, nw = nc - jq < cw ? nc - jq : cw;
+          const T *Ab = RA + ic * ra_r + pc * ra_k;
+          if (pa) pack_a(mc, kc, Ab, ra_r, ra_k, ab, ic, pc, x);
+          macro(mc, nw, kc, pa ? ab : Ab, ra_r, ra_k, pa, pb ? bb + jq * kc : Bb + jq * rb_c,
+                rb_k, pb, {c_at}, rc_r, rc_c, kb == 0 ? wr : 0, kb == nk - 1, alpha, ic,
+                jc + jq, pc, ea, eb, x);
+        }}"""
+    # B read in place (no shared block): a static schedule gives each thread the same blocks
+    # of C in every K slice, so the threads run on without a barrier between the slices
     return f"""
 static void {name}(const T *RA, long ra_r, long ra_k, const T *RB, long rb_k, long rb_c, T *RC,
                    long rc_r, long rc_c, long M, long N, long K, long mcx, int pa, int pb,
@@ -31,6 +42,7 @@ static void {name}(const T *RA, long ra_r, long ra_k, const T *RB, long rb_k, lo
   long nk = K > 0 ? (K + KC - 1) / KC : 1;
   for (long jc = 0; jc < N; jc += NC) {{
     long nc = N - jc < NC ? N - jc : NC;
+    long cw = nq > 1 ? ((nc + nq - 1) / nq + NR - 1) / NR * NR : nc;
     for (long kb = 0; kb < nk; kb++) {{
       long pc = kb * KC, kc = K - pc < KC ? K - pc : KC;
       const T *Bb = RB + pc * rb_k + jc * rb_c;
@@ -39,18 +51,11 @@ static void {name}(const T *RA, long ra_r, long ra_k, const T *RB, long rb_k, lo
         for (long jr = 0; jr < nc; jr += NR)
           pack_b(kc, nc - jr < NR ? nc - jr : NR, Bb + jr * rb_c, rb_k, rb_c, bb + jr * kc,
                  pc, jc + jr, x);
-      }}
-      long cw = nq > 1 ? ((nc + nq - 1) / nq + NR - 1) / NR * NR : nc;
-      {omp2}
-      for (long ic = 0; ic < M; ic += mcx)
-      for (long jq = 0; jq < nc; jq += cw) {{
-        long mc = M - ic < mcx ? M - ic : mcx, nw = nc - jq < cw ? nc - jq : cw;
-        const T *Ab = RA + ic * ra_r + pc * ra_k;
-        if (pa) pack_a(mc, kc, Ab, ra_r, ra_k, ab, ic, pc, x);
-        macro(mc, nw, kc, pa ? ab : Ab, ra_r, ra_k, pa, pb ? bb + jq * kc : Bb + jq * rb_c,
-              rb_k, pb, {c_at}, rc_r, rc_c, kb == 0 ? wr : 0, kb == nk - 1, alpha, ic,
-              jc + jq, pc,
-              ea, eb, x);
+        {blocks}
+        {loop}
+      }} else {{
+        {blocks}{" nowait" if shared else ""}
+        {loop}
       }}
     }}
   }}

@@ -5,6 +5,7 @@ emitted as source."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -115,9 +116,10 @@ def test_cost_model_charges_the_kernels_passes_over_c(small):
     # (a pair takes its whole K in one slice whatever KC says: a group without one)
     anchor = next(s.anchor for s in cand.schedules if s.impl == IMPL_KERNEL
                   and not kernel_parts(w, cand.fused_pairs, s.anchor).pair)
-    dev = costmodel.preset("cpu")
+    # no cache to keep C in: each further K slice reads and writes C again
+    dev = replace(costmodel.preset("cpu"), tile_cache_bytes=0.0)
 
-    def with_kc(kc):
+    def with_kc(kc, dev=dev):
         scheds = tuple(s if s.anchor != anchor else
                        type(s)(s.anchor, s.tiles, s.impl, type(s.kernel)(**{**s.kernel.to_dict(),
                                                                             "kc": kc}))
@@ -129,6 +131,9 @@ def test_cost_model_charges_the_kernels_passes_over_c(small):
     deep, shallow = with_kc(k), with_kc(max(1, k // 4))
     assert shallow.bytes > deep.bytes          # each extra K slice reads and writes C again
     assert deep.impl == IMPL_KERNEL and deep.flops > 0
+    # a C whose shares stay in the cores' caches between slices crosses the bus once
+    roomy = replace(dev, tile_cache_bytes=64e6)
+    assert with_kc(max(1, k // 4), roomy).bytes == with_kc(k, roomy).bytes == deep.bytes
 
 
 def test_emit_writes_the_kernel_source(small):
