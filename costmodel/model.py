@@ -27,8 +27,8 @@ from .devices import DeviceSpec
 from .estimate import CostEstimate, FusedProducer, GroupCost
 from .kernel_cost import kernel_copy_bytes, kernel_group
 from .memo import GroupMemo
-from .rates import (LINE_ELEMS, gemm_rate, issued_flops, library_launch_s, loop_launch_s,
-                    read_waste, tile_overhead_s, transcendental_weight, write_waste)
+from .rates import (LINE_ELEMS, gemm_rate, library_launch_s, loop_launch_s, read_waste,
+                    tile_overhead_s, transcendental_weight, write_waste)
 from .stack_cost import stack_copy_bytes, stacked_group
 
 
@@ -192,7 +192,7 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
                 walks_strided = True
         if walks_strided:
             strided += mp.executions * f
-        compute_s += mp.executions * (issued_flops(op) + transcendental_weight(op.expr, dev)) \
+        compute_s += mp.executions * (f + transcendental_weight(op.expr, dev)) \
             / (dev.loop_flops * vec)
         for acc in op.reads():
             if acc.tensor in members:

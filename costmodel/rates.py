@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import fields, is_dataclass
 
-from search_spaces.ir import TRANSCENDENTAL, Binary, Call, Expr, Op
+from search_spaces.ir import TRANSCENDENTAL, Call, Expr
 
 from .devices import DeviceSpec
 
@@ -71,22 +71,6 @@ def read_waste(spread: float, dev: DeviceSpec) -> float:
 
 def write_waste(spread: float, dev: DeviceSpec) -> float:
     return pattern_waste(spread, dev.access.strided_write)
-
-
-def issued_flops(op: Op) -> int:
-    """Arithmetic operations of one evaluation of ``op`` as the generated loop issues them: a
-    sum of products accumulates with one fused multiply-add (GCC contracts ``acc += a * b``
-    under -march=native), where :meth:`Op.flops_per_iteration` counts the multiply and the add.
-
-    Why: a decoding step's h[t,f] += xn[t,c] * w1[c,f] as a loop group (4 x 64 tiles, f
-    innermost) ran 369 us where two counted flops an iteration at the calibrated loop rate
-    predicted 691 us; its 19 MFLOP at 52 GFLOP/s is one FMA an iteration at the rate the
-    elementwise groups reach per counted operation (their median measured/predicted 1.06 over
-    469 compute-bound groups of the built-ins' searches)."""
-    f, _ = op.flops_per_iteration()
-    if op.combiner == "sum" and isinstance(op.expr, Binary) and op.expr.op == "*":
-        return f - 1
-    return f
 
 
 def transcendental_weight(e: Expr, dev: DeviceSpec) -> float:

@@ -358,27 +358,6 @@ def test_cpu_spec_status_says_whether_the_spec_is_calibrated(tmp_path, monkeypat
     assert calibrated is True and notes == () and spec.gemm_flops == 1e12
 
 
-def test_a_sum_of_products_issues_one_fused_multiply_add():
-    """``acc += a * b`` is one FMA an iteration in the generated loop, where the IR counts a
-    multiply and an add; a sum of quotients, or a product not summed, keeps its count.  A
-    compute-bound loop contraction is priced by the issued operations: half its counted flops
-    at the loop rate (the flops it reports stay the counted ones)."""
-    from costmodel.rates import issued_flops
-    w = workload("h[t,f] += x[t,c] * w[c,f]\nm[t] += x[t,c] / 4\np[t,c] = x[t,c] * x[t,c]\n",
-                 {"T": 4, "C": 512, "F": 512}, {"x": ["T", "C"], "w": ["C", "F"]},
-                 ["h", "m", "p"])
-    assert [issued_flops(w.op(o)) for o in ("h", "m", "p")] == [1, 2, 1]
-    assert [w.op(o).flops_per_iteration()[0] for o in ("h", "m", "p")] == [2, 2, 1]
-    dev = replace(CPU_DEFAULT, loop_flops=1e9, bandwidth=1e15)    # compute-bound
-    cand = make_candidate([], {}, [GroupSchedule("h", (4, 64), "loop"),
-                                   GroupSchedule("m", (4,), "loop"),
-                                   GroupSchedule("p", (4, 64), "loop")])
-    by = {g.anchor: g for g in costmodel.estimate(w, cand, dev).groups}
-    iters = 4 * 512 * 512
-    assert by["h"].flops == 2 * iters
-    assert iters / 1e9 <= by["h"].predicted_s < 1.2 * iters / 1e9
-
-
 def test_few_rows_are_priced_on_every_core():
     """A 4-row product on two cores: the kernel cuts the columns between the threads
     (gemm_driver), so the model keeps both busy; 64 rows of 4-row tiles go round by rows."""
