@@ -96,14 +96,21 @@ class SearchState:
         """Why a candidate predicted ``pred`` s (``corrected`` s with the learned correction)
         is not worth measuring, or None: it is predicted more than the prune factor times
         slower than the best measured candidate.  Corrected against corrected while a
-        correction is fitted, analytic against analytic otherwise.  The factor is the
-        config's, or (config None) at most 2, tightened to the model's measured errors
-        (:mod:`autotune.search.trust`)."""
+        correction is fitted (the best candidate's corrected prediction, never below its
+        measurement), analytic against analytic otherwise.  The factor is the config's, or
+        (config None) at most 2, tightened to the model's measured errors
+        (:mod:`autotune.search.trust`).
+
+        Why never below the measurement: a correction fitted on other workloads' trials of the
+        same database priced msa_row_attention's chained plan, the first measured, at 80 ms
+        where it had just run 943 ms, and so pruned the heuristic plan (197 ms corrected,
+        129 ms measured later) and the unfused one; the search cached a plan 1.5x slower than
+        the heuristic."""
         factor = self.prune_factor()
         if self.best_cand is None or self.best_pred is None:
             return None
         if self.learner.active:
-            best = self.learner.seconds(self.best_cand)
+            best = max(self.learner.seconds(self.best_cand), self.prog.best_s or 0.0)
             if corrected > factor * best:
                 return (f"corrected prediction {corrected:.3g} s (analytic {pred:.3g} s) > "
                         f"{factor:g} x {best:.3g} s")

@@ -81,3 +81,32 @@ def test_cuda_candidate_far_slower_than_best_is_timed_once(small, tmp_path):
     _, times = plan.timed_call(inputs, warmup=0, repeats=3,
                                  cutoff=settings.cutoff(best_s=1e-12))
     assert len(times) == 1
+
+
+class _Learner:
+    """A fitted correction that prices every candidate at ``seconds``."""
+    active = True
+
+    def __init__(self, seconds):
+        self.value = seconds
+
+    def seconds(self, cand):
+        return self.value
+
+
+def test_pruning_never_measures_the_best_below_its_run(small):
+    """A correction that prices the best measured candidate far below its own run (fitted on
+    other workloads) must not prune what is predicted slower than that price but faster than
+    the run; the best's run is the floor of the comparison."""
+    w = small("trimul_outgoing")
+    dev = preset("cpu")
+    kind = backend_kind(dev.kind)
+    space = SearchSpace(w, kind.tile_bounds)
+    state = SearchState(w, space, Recorder(kind), dev, SearchConfig(prune_factor=2.0), None)
+    state.best_cand, state.best_pred = named_plan(space, "heuristic"), 0.177
+    state.prog.best_s = 0.943               # what the best measured candidate ran
+    state.learner = _Learner(0.080)         # what the correction says it runs
+    assert state.prune_reason(0.233, 0.197) is None
+    assert state.prune_reason(0.233, 1.9) is not None      # past 2 x its run: pruned
+    state.prog.best_s = 0.05                # a run faster than its price: the price rules
+    assert state.prune_reason(0.233, 0.197) is not None
