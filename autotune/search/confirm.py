@@ -9,7 +9,7 @@ which also stores the confirmation's runs as trials of the study ``<study>:confi
 
 The finalists (:func:`pick_finalists`): the ``finalists`` fastest measured candidates, the named
 plans that were measured (but those whose repeated runs were all far slower than the fastest
-measurement: :data:`OUT_OF_REACH`), those of the ``finalists`` candidates the model predicts
+measurement, :data:`OUT_OF_REACH`, where confirming them would take notable time), those of the ``finalists`` candidates the model predicts
 fastest that were measured only once (a first run the early stop did not repeat) or under load
 (runs this process had to take while the machine was busy), and the best stored before the
 confirmation (another study's, say).
@@ -51,11 +51,18 @@ class Finalist:
 # it is slow, not unlucky.  At trimul N=702 the unfused plan (2.5x the best) took ~20 s of a
 # confirmation's ~55 s: three rounds of 4 s, its compile and its check.
 OUT_OF_REACH = 1.5
+# ... unless confirming it costs next to nothing: its rounds take at most this many seconds.
+# attention's heuristic plan, the first trial of a `bench --all` search, ran 3.84 ms thrice
+# (2.1x the fastest) and was left out; in the bench that followed it ran 1.76 ms, ahead of
+# the cached 1.84 ms.
+CHEAP_CONFIRM_S = 1.0
 
 
-def out_of_reach(t: StoredTrial, fastest: float, reach: float, loaded: frozenset[str]) -> bool:
+def out_of_reach(t: StoredTrial, fastest: float, reach: float, loaded: frozenset[str],
+                 rounds: int) -> bool:
     return len(t.times) >= 2 and t.to_candidate().key not in loaded and \
-        t.measured_s is not None and t.measured_s > reach * fastest
+        t.measured_s is not None and t.measured_s > reach * fastest and \
+        t.measured_s * rounds > CHEAP_CONFIRM_S
 
 
 def pick_finalists(trials: list[StoredTrial], best: BestPlan | None, config: SearchConfig,
@@ -74,7 +81,7 @@ def pick_finalists(trials: list[StoredTrial], best: BestPlan | None, config: Sea
     picks += [(t, FASTEST) for t in sorted(ok.values(), key=lambda t: t.measured_s)[:n]]
     fastest = min((t.measured_s for t in ok.values()), default=math.inf)
     picks += [(t, NAMED) for t in ok.values() if t.name in SEED_NAMES
-              and not out_of_reach(t, fastest, reach, loaded)]
+              and not out_of_reach(t, fastest, reach, loaded, config.confirm_rounds)]
     by_model = sorted(ok.values(), key=lambda t: t.predicted_s or math.inf)[:n]
     picks += [(t, MODEL) for t in by_model
               if len(t.times) <= 1 or t.to_candidate().key in loaded]

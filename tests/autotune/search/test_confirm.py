@@ -95,7 +95,8 @@ def test_finalists_are_the_fastest_the_named_plans_the_models_single_runs_and_th
                                                        times=(0.5,)))
     pick = lambda reach: pick_finalists(  # noqa: E731
         fresh_db.trials(k.key, STUDY), fresh_db.best(k.key),
-        dataclasses.replace(CHEAP, finalists=4), frozenset({cands[7].key}), reach)
+        dataclasses.replace(CHEAP, finalists=4, confirm_rounds=3), frozenset({cands[7].key}),
+        reach)
     got = pick(10.0)
     assert [(f.candidate.key, f.why) for f in got] == [
         (cands[1].key, (FASTEST,)), (cands[2].key, (FASTEST,)), (cands[0].key, (FASTEST,)),
@@ -252,3 +253,18 @@ def test_a_resumed_search_measures_against_the_confirmed_best(w, space, fresh_db
     _, _, b = run(w, space, fresh_db, dataclasses.replace(config, budget=10),
                      Lucky(w, DEV, sigma=0.0, lucky=unfused.key))
     assert b.calls and b.calls[0][2] == best.measured_s
+
+
+def test_a_cheap_named_plan_is_confirmed_however_slow_its_runs(w, space, fresh_db):
+    """A named plan whose repeated runs were far slower than the fastest is still confirmed
+    where its rounds cost next to nothing (a first trial of milliseconds that caught a busy
+    machine); one whose rounds would take seconds is left out."""
+    k = fake_key(w)
+    heuristic, unfused = named_plan(space, "heuristic"), named_plan(space, "unfused")
+    fast = space.random(__import__("numpy").random.default_rng(3))
+    for c, times in ((fast, (0.0018,) * 3), (heuristic, (0.0038,) * 3), (unfused, (4.0,) * 3)):
+        fresh_db.append_trial(k, STUDY, TrialOutcome(c, Status.OK, 0.002, times[0],
+                                                     times=times))
+    got = pick_finalists(fresh_db.trials(k.key, STUDY), None,
+                         dataclasses.replace(CHEAP, finalists=1, confirm_rounds=3), frozenset())
+    assert [f.candidate.key for f in got] == [fast.key, heuristic.key]
