@@ -12,6 +12,8 @@ producers of its operands as prologues (:mod:`search_spaces.kernel_fusion`):
 """
 from __future__ import annotations
 
+import math
+
 from typing import Callable, Sequence
 
 from .candidate import IMPL_KERNEL, Candidate, GroupSchedule
@@ -31,10 +33,11 @@ def _itemsize(w: Workload) -> int:
 def _options(bounds: KernelBounds, w: Workload, contraction: str):
     op = w.op(contraction)
     ext = dict(zip(op.domain, op.extents))
-    batch = 1
-    for i in gemm_form(op).batch:
-        batch *= ext[i]
-    return kernel_options(bounds, _itemsize(w), batch)
+    form = gemm_form(op)
+    size = lambda idx: math.prod(ext[i] for i in idx)
+    # (the smaller side: a C stored transposed has its few rows as the kernel's columns)
+    return kernel_options(bounds, _itemsize(w), size(form.batch),
+                          min(size(form.m), size(form.n)))
 
 
 def kernel_question_options(bounds: KernelBounds, w: Workload, contraction: str

@@ -250,3 +250,13 @@ def _region_threads(kdir) -> int:
     c = np.empty((1, 240, 16), dtype=np.float32)
     probe(a, b, c)
     return int(c.max()) + 1
+
+
+def test_short_k_slices_are_offered_to_few_rows_only():
+    """KC 16 and 32 pay where C has a few rows (B streams, C stays in cache); a taller product
+    would only cut K into more passes over C, so they are not among its choices."""
+    bounds = machine_bounds()
+    few = kernel_options(bounds, 4, batch=1, rows=4).kc
+    tall = kernel_options(bounds, 4, batch=1, rows=997).kc
+    assert {16, 32} <= set(few) and not {16, 32} & set(tall)
+    assert set(tall) <= set(few) and kernel_options(bounds, 4, batch=1).kc == tall
