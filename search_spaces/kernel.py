@@ -119,6 +119,11 @@ def default_params(bounds: KernelBounds, itemsize: int) -> KernelParams:
                         vec_bytes=vb)
 
 
+# a product with at most this many rows (or columns) has "a few rows": its C stays in the
+# cores' caches while B streams by
+FEW_ROWS = 16
+
+
 def _kc_options(bounds: KernelBounds, nr: int, itemsize: int, few_rows: bool
                 ) -> tuple[int, ...]:
     # a B micro-panel (kc x nr) stays within twice L1 while the micro-kernel runs (its loads
@@ -132,10 +137,6 @@ def _kc_options(bounds: KernelBounds, nr: int, itemsize: int, few_rows: bool
             if k * nr * itemsize <= 2 * bounds.l1_bytes]
     return tuple(opts or [64])
 
-
-# a product with at most this many rows (or columns) has "a few rows": its C stays in the
-# cores' caches while B streams by
-FEW_ROWS = 16
 
 
 def _mc_options(bounds: KernelBounds, mr: int, kc: int, itemsize: int) -> tuple[int, ...]:

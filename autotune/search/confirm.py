@@ -9,10 +9,10 @@ which also stores the confirmation's runs as trials of the study ``<study>:confi
 
 The finalists (:func:`pick_finalists`): the ``finalists`` fastest measured candidates, the named
 plans that were measured (but those whose repeated runs were all far slower than the fastest
-measurement, :data:`OUT_OF_REACH`, where confirming them would take notable time), those of the ``finalists`` candidates the model predicts
-fastest that were measured only once (a first run the early stop did not repeat) or under load
-(runs this process had to take while the machine was busy), and the best stored before the
-confirmation (another study's, say).
+measurement, :data:`OUT_OF_REACH`, where confirming them would take notable time), those of the
+``finalists`` candidates the model predicts fastest that were measured only once (a first run
+the early stop did not repeat) or under load (runs this process had to take while the machine
+was busy), and the best stored before the confirmation (another study's, say).
 """
 from __future__ import annotations
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import replace
 
 import pytest
 from typer.testing import CliRunner
@@ -356,16 +355,3 @@ def test_cpu_spec_status_says_whether_the_spec_is_calibrated(tmp_path, monkeypat
     cal.write_calibration({"gemm_flops": 1e12, "bandwidth": 5e10})
     spec, calibrated, notes = cal.cpu_spec_status()
     assert calibrated is True and notes == () and spec.gemm_flops == 1e12
-
-
-def test_few_rows_are_priced_on_every_core():
-    """A 4-row product on two cores: the kernel cuts the columns between the threads
-    (gemm_driver), so the model keeps both busy; 64 rows of 4-row tiles go round by rows."""
-    from costmodel.kernel_cost import kernel_threads
-    from search_spaces.kernel import KernelParams
-    dev = replace(CPU_DEFAULT, parallel_units=2)
-    p = KernelParams(mr=4, nr=24, mc=48, kc=256, nc=4096, pack_b=False)
-    assert kernel_threads(1, 4, 3072, 768, p, dev)[0] == 1.0
-    assert kernel_threads(1, 64, 3072, 768, p, dev)[0] == 1.0
-    # one micro-panel of columns cannot be cut
-    assert kernel_threads(1, 4, 24, 768, p, dev)[0] == 0.5

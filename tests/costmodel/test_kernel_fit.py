@@ -49,8 +49,14 @@ def test_threads_split_items_or_rows():
                           dev)[1] == 0
     # fewer rows than threads x the register tile, one micro-panel of columns: threads idle
     assert kernel_threads(1, 6, 64, 32, params(), dev)[0] == 0.25
-    # ... with columns to cut, every thread takes a chunk of them
+    # ... with columns to cut, every thread takes a chunk of them (gemm_driver: a decoding
+    # step's 4 tokens through a weight on two cores)
     assert kernel_threads(1, 6, 1024, 32, params(), dev)[0] == 1.0
+    two = replace(CPU_DEFAULT, parallel_units=2)
+    gemv = params(mr=4, nr=24, mc=48, kc=256, nc=4096, pack_b=False)
+    assert kernel_threads(1, 4, 3072, 768, gemv, two)[0] == 1.0
+    assert kernel_threads(1, 64, 3072, 768, gemv, two)[0] == 1.0
+    assert kernel_threads(1, 4, 24, 768, gemv, two)[0] == 0.5    # one micro-panel: not cut
     # one item cannot be split by batch: it falls back to rows
     assert kernel_threads(1, 4096, 64, 32, params(split="batch"), dev)[1] == 2
 
