@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -35,8 +36,9 @@ def bench_cmd(workload: WorkloadArg = DEFAULT_WORKLOAD,
                                                         "take (0: skip it)"),
               seed: int = typer.Option(1, help="seed of the inputs and of the round order"),
               every: bool = typer.Option(False, "--all",
-                                         help="every built-in at its default dims (searched "
-                                              f"first where nothing is cached: "
+                                         help="every built-in at its default dims, or every "
+                                              "*.toml in the folder given as the workload "
+                                              "(searched first where nothing is cached: "
                                               f"--search-budget, default {ALL_BUDGET}), then "
                                               "one summary table, JSON and --plot chart"),
               module: bool = typer.Option(False, "--module",
@@ -56,13 +58,15 @@ def bench_cmd(workload: WorkloadArg = DEFAULT_WORKLOAD,
         raise CliError("--search-budget must be at least 1")
     command = shlex.join(["autotune", *sys.argv[1:]])
     greedy = greedy_timeout if greedy_timeout > 0 else None
-    if every and (dims or workload != DEFAULT_WORKLOAD or module):
-        raise CliError("--all benches every built-in at its default dims: give no "
-                       "workload, no --dims and no --module with it")
+    if every and (dims or module or (workload != DEFAULT_WORKLOAD
+                                     and not Path(workload).is_dir())):
+        raise CliError("--all benches every built-in, or every *.toml of a folder given as "
+                       "the workload, at its default dims: give no --dims, no --module and "
+                       "no single workload with it")
     opts = _Options(device, peers, rounds, search_budget or (ALL_BUDGET if every else None),
                     db, out, greedy, seed, command)
     if every:
-        return _bench_all(opts, plot)
+        return _bench_all(opts, plot, _all_workloads(workload))
     if module:
         return _bench_module(workload, dims, opts, fmt, plot)
     result = _bench_one(load(workload, dims), opts)
@@ -143,16 +147,30 @@ def _bench_module(workload: str, dims: Optional[str], o: _Options, fmt: str,
     typer.echo(f"wrote {path}", err=fmt == "json")
 
 
-def _bench_all(o: _Options, plot: Optional[str]) -> None:
-    """Each built-in's own bench run (one process each, interleaved), then the summary."""
-    from pathlib import Path
-
+def _all_workloads(workload: str) -> list[str]:
+    """What ``--all`` benches: every built-in, or every workload file of a folder."""
     from search_spaces.loader import builtin_names
+    if not Path(workload).is_dir():      # bench_cmd let only the default name through
+        return list(builtin_names())
+    files = sorted(str(p) for p in Path(workload).glob("*.toml"))
+    if not files:
+        raise CliError(f"--all {workload}: the folder holds no *.toml workload; give a "
+                       "folder of workload files, or no workload for the built-ins")
+    return files
+
+
+def _bench_all(o: _Options, plot: Optional[str], names: list[str]) -> None:
+    """Each workload's own bench run (one process each, interleaved), then the summary."""
+    from search_spaces import WorkloadError
 
     from autotune.bench.summary import failed_row, format_summary, save_summary, summary_row
     rows = []
-    for name in builtin_names():
-        w = load(name, None)
+    for name in names:
+        try:
+            w = load(name, None)
+        except WorkloadError as e:   # a malformed file of the folder is its row
+            rows.append(failed_row(name, {}, str(e)))
+            continue
         typer.echo(f"== {name}", err=True)
         try:
             result = _bench_one(w, o)

@@ -78,7 +78,54 @@ def test_bench_all_runs_every_builtin_and_writes_the_summary(tmp_path, monkeypat
 
 def test_bench_all_refuses_a_workload_or_dims():
     r = CliRunner().invoke(app, ["bench", "--all", "--dims", "N=8"])
-    assert r.exit_code == 1 and "give no workload, no --dims" in r.output
+    assert r.exit_code == 1 and "give no --dims" in r.output
+    r = CliRunner().invoke(app, ["bench", "attention", "--all"])
+    assert r.exit_code == 1 and "no single workload" in r.output
+
+
+TINY = """name = "{name}"
+outputs = ["y"]
+program = \"\"\"
+y[i] = x[i] * 2.0
+\"\"\"
+[dims]
+N = 4
+[inputs]
+x = ["N"]
+"""
+
+
+def test_bench_all_of_a_folder_benches_each_file_and_rows_a_malformed_one(tmp_path,
+                                                                           monkeypatch):
+    import autotune.bench.run as run
+    seen = []
+
+    def fake_run_bench(w, device, peers, rounds, db, budget, *rest, **kw):
+        seen.append(w.name)
+        return result(w.name, best=1.0, heuristic=1.0, jax=2.0)
+    monkeypatch.setattr(run, "run_bench", fake_run_bench)
+    folder = tmp_path / "blocks"
+    folder.mkdir()
+    (folder / "b.toml").write_text(TINY.format(name="second"))
+    (folder / "a.toml").write_text(TINY.format(name="first"))
+    (folder / "c.toml").write_text("name = \"broken\"\nprogram = 3\n")
+    (folder / "notes.txt").write_text("not a workload")
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, ["bench", str(folder), "--all", "--out", str(out), "--db",
+                                 str(tmp_path / "p.sqlite")])
+    assert r.exit_code == 0, r.output
+    assert seen == ["first", "second"]
+    doc = json.loads((out / "bench-all-cpu.json").read_text())
+    rows = {row["workload"]: row for row in doc["rows"]}
+    assert set(rows) == {"first", "second", str(folder / "c.toml")}
+    assert "c.toml" in rows[str(folder / "c.toml")]["error"] and doc["wins"] == 2
+
+
+def test_bench_all_of_an_empty_folder_is_one_line(tmp_path):
+    r = CliRunner().invoke(app, ["bench", str(tmp_path), "--all", "--out", str(tmp_path)])
+    assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1
+    assert "no *.toml workload" in r.output
+    assert not (tmp_path / "bench-all-cpu.json").exists()
 
 
 def test_the_summary_chart(tmp_path):
