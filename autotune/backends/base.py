@@ -101,6 +101,22 @@ class Cutoff:
 # long before the samples take that away (the bench: 4.42 -> 3.14 ms mean over 6 x 25 calls).
 WARM_UP_S = 0.1
 
+# A plan faster than this is called several times in a row where a figure of it decides
+# something (a bench round, a confirmation round), and the figure comes from those calls: one
+# call of a few milliseconds, alone after a pause, read anything from 1x to 2x its steady time
+# on a shared 2-core host (gelu_mlp, T=512: the same plan 9.8 and 15.7 ms medians as
+# "heuristic" and "best" in one bench, minimums 8.4 and 8.1 ms).  Seconds-long plans keep one
+# call a round.
+MIN_ROUND_S = 0.1
+MAX_CALLS = 50
+
+
+def calls_per_round(seconds: float, min_round_s: float = MIN_ROUND_S) -> int:
+    """Calls in one round of a plan whose call takes ``seconds``."""
+    if not seconds > 0:
+        return MAX_CALLS
+    return max(1, min(MAX_CALLS, int(min_round_s / seconds)))
+
 
 def warm_up(call: Callable[[], object], seconds: float = WARM_UP_S) -> int:
     """Untimed ``call()``s, back to back, until ``seconds`` have passed (at least one); their

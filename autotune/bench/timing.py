@@ -8,7 +8,8 @@ import time
 from db.records import Status
 from search_spaces.workload import Workload
 
-from autotune.backends.base import WARM_UP_S, verify, warm_up
+from autotune.backends.base import (MAX_CALLS, MIN_ROUND_S, WARM_UP_S,  # noqa: F401
+                                    calls_per_round, verify, warm_up)
 from autotune.bench.runners import first_line
 from autotune.report.units import fmt_s
 
@@ -47,13 +48,9 @@ def check_outputs(w: Workload, runners: dict, rows: dict, ref, say) -> None:
         say(f"{name}: rel err {err:.2g}  (first call {fmt_s(info['first_call_s'])})")
 
 
-# A contender faster than this is called several times in a row within each of its rounds, and
-# the round's figure is the mean of those calls: one call of a few milliseconds, alone after the
-# pause, read anything from 1x to 2x its steady time on a shared 2-core host (gelu_mlp, T=512:
-# the same plan 9.8 and 15.7 ms medians as "heuristic" and "best" in one run, minimums 8.4 and
-# 8.1 ms).  Seconds-long contenders keep one call a round.
-MIN_ROUND_S = 0.1
-MAX_CALLS = 50
+# A contender faster than MIN_ROUND_S is called calls_per_round times in a row within each of its
+# rounds, and the round's figure is the mean of those calls (autotune.backends.base has the
+# evidence; a search's confirmation rounds follow the same rule).
 # ... and a contender under this makes untimed calls after the pause, before its timed ones:
 # the first call after 0.2 s idle paid 3-15 ms of waking up (gated_mlp's heuristic plan, the
 # same process: 6-12 ms medians back to back, 22-26 ms one call after each 0.2 s pause), which
@@ -61,13 +58,6 @@ MAX_CALLS = 50
 ROUND_WARM_BELOW_S = 1.0
 # (One untimed call is not enough on a shared virtual machine: the waking up is counted in
 # time, not calls; autotune.backends.base.WARM_UP_S has the figures.)
-
-
-def calls_per_round(seconds: float, min_round_s: float = MIN_ROUND_S) -> int:
-    """Calls in one round of a contender whose call takes ``seconds``."""
-    if not seconds > 0:
-        return MAX_CALLS
-    return max(1, min(MAX_CALLS, int(min_round_s / seconds)))
 
 
 def time_rounds(runners: dict, rounds: int, seed: int, say, settle_s: float = SETTLE_S,
