@@ -152,7 +152,17 @@ def kernel_compute_s(b: int, m: int, n: int, kk: int, p: KernelParams | None, it
     factor = math.prod(getattr(dev.kernel, name)
                        for name, on in kernel_flags(p, item, kk, c_bytes, dev).items() if on)
     rate = dev.kernel_flops or dev.gemm_flops
-    return flops / (rate * max(eff, GEMM_FLOOR)) * factor + barriers * dev.kernel.barrier_s
+    # no configuration outruns the FMA peak on the lanes and cores it keeps busy (a factor
+    # under 1, outer=a's, would price one above it)
+    arith = max(flops / (rate * max(eff, GEMM_FLOOR)) * factor,
+                flops / (peak_flops(dev, item) * max(eff, GEMM_FLOOR)))
+    return arith + barriers * dev.kernel.barrier_s
+
+
+def peak_flops(dev: DeviceSpec, item: int) -> float:
+    """The FMA peak for elements of ``item`` bytes (float64: half the lanes); infinite where
+    the device's peak is not known (0)."""
+    return dev.f32_flops * 4 / item if dev.f32_flops > 0 else math.inf
 
 
 def c_passes(c_bytes: float, kk: int, kc: int, dev: DeviceSpec) -> int:

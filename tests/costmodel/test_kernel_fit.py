@@ -76,6 +76,37 @@ def test_factors_and_barriers_move_the_time():
         kernel_compute_s(1, 4096, 512, 128, params(), 4, 8e6, neutral)
 
 
+def test_no_configuration_is_priced_above_the_fma_peak():
+    fast = replace(CPU_DEFAULT, f32_flops=200e9, kernel_flops=300e9,
+                   kernel=KernelCosts(outer_a=0.5, barrier_s=0.0))
+    shape, p = (1, 512, 1024, 256), params(outer="a", mr=6, nr=16, vec_bytes=32)
+    flops = 2.0 * math.prod(shape)
+    occ, _ = kernel_threads(*shape, p, fast)
+    t = kernel_compute_s(*shape, p, 4, 8e6, fast)
+    # 300 GFLOP/s / 0.5 would be 600: the peak (on the cores and lanes it keeps busy) holds
+    assert t >= flops / 200e9 and t == pytest.approx(
+        kernel_compute_s(*shape, p, 4, 8e6, replace(fast, kernel_flops=200e9)))
+    # float64 has half the lanes: half the peak
+    assert kernel_compute_s(*shape, p, 8, 8e6, fast) == pytest.approx(2 * t)
+    # a peak nobody measured (0) bounds nothing
+    free = replace(fast, f32_flops=0.0)
+    assert kernel_compute_s(*shape, p, 4, 8e6, free) < t
+    assert occ == 1.0
+
+
+def test_the_fitted_rate_is_held_at_the_peak():
+    """Samples whose no-factor rate would be 150 GFLOP/s, on a machine whose FMA peak is 120:
+    the rate is held at 120 and the factors fitted around it still rank the choices."""
+    truth = KernelCosts(short_tile=1.3, one_vector=1.2, barrier_s=0.0)
+    unbounded = replace(CPU_DEFAULT, f32_flops=0.0)
+    samples = synthetic(truth, 150e9, 0.0, 3, unbounded)
+    fit = fit_kernel_costs(samples, replace(CPU_DEFAULT, f32_flops=120e9))
+    assert fit.kernel_flops == pytest.approx(120e9)
+    assert fit.costs.short_tile > 1.05 and fit.costs.one_vector > 1.0
+    # free of the peak, the same samples give back the rate they were made with
+    assert fit_kernel_costs(samples, unbounded).kernel_flops == pytest.approx(150e9, rel=0.01)
+
+
 def test_a_kernel_call_costs_its_set_up_beyond_a_loop_groups(small):
     """Every kernel group pays the calibrated kernel_call_s once, whatever its size: a whole
     plan's kernel groups and the kernel alone (what the calibration fits its rate on) alike."""
@@ -93,8 +124,9 @@ def test_a_kernel_call_costs_its_set_up_beyond_a_loop_groups(small):
         pytest.approx(estimate(w, cand, base).total_s + kernels * 50e-6)
 
 
-def synthetic(costs: KernelCosts, rate: float, noise: float, seed: int) -> list[KernelSample]:
-    dev = replace(CPU_DEFAULT, kernel_flops=rate, kernel=costs)
+def synthetic(costs: KernelCosts, rate: float, noise: float, seed: int,
+              base=CPU_DEFAULT) -> list[KernelSample]:
+    dev = replace(base, kernel_flops=rate, kernel=costs)
     r = random.Random(seed)
     out = []
     for i, shape in enumerate(SHAPES):

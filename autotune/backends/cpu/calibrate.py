@@ -30,7 +30,8 @@ from autotune.cache_dirs import kernels_dir
 #    (costmodel.kernel_cost.plain_kernel_s), not overlapped
 # 6: + a generated-kernel group's call beyond a loop group's (kernel_call_s), and the kernel's
 #    rate fitted with it
-CALIBRATION_VERSION = 6
+# 7: the kernel's rate held at the FMA peak (f32_flops) at most, its factors fitted around it
+CALIBRATION_VERSION = 7
 CALIBRATION_FILE = "calibration-cpu.json"
 DEFAULT_GEMM_N = 2048
 DEFAULT_COPY_MB = 256

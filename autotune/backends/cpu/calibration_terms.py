@@ -170,8 +170,8 @@ def terms(ev: dict, cores: int) -> dict:
             "loop_group_call_s", CPU_DEFAULT.launch_s + region), 0.0)
     if ev.get("kernel_samples"):
         # the kernel's terms are fitted against the model with this machine's other terms
-        known = {k: out[k] for k in ("gemm_flops", "bandwidth", "parallel_units", "launch_s",
-                                     "region_s", "thread_start_s", "kernel_call_s")
+        known = {k: out[k] for k in ("gemm_flops", "f32_flops", "bandwidth", "parallel_units",
+                                     "launch_s", "region_s", "thread_start_s", "kernel_call_s")
                  if k in out}
         dev = replace(CPU_DEFAULT, cache_bytes=float(ev.get("cache_bytes",
                                                             CPU_DEFAULT.cache_bytes)), **known)
