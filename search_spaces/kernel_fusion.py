@@ -5,8 +5,10 @@ A contraction ``p`` run by the kernel may take its elementwise consumer ``c`` as
 slice (each read of ``p`` is the accumulator's value, every other tensor ``c`` reads is loaded
 at the same element) and the result is stored straight into ``c``'s buffer in ``c``'s layout;
 ``p`` itself is never stored.  Legal when ``p`` is GEMM-shaped, is no program output and ``c``
-is its only consumer, and ``c`` is elementwise over ``p``'s output: no reduction, no where()
-condition (the kernel sees flattened rows and columns, not single indices), and every read of
+is its only consumer, and ``c`` is elementwise over ``p``'s output: no reduction, where()
+conditions only on indices of the kernel's rows and columns (the kernel sees an element's
+flattened row and column, from which their indices are recovered, not its batch item's
+indices), and every read of
 ``p`` uses one subscript that names each of ``c``'s indices once (any order: a transposing
 consumer is a store in another layout).  The other tensors ``c`` reads are indexed by a subset
 of its indices: a bias, a mask, a gate or the other projection.
@@ -17,7 +19,8 @@ reads at every one of its indices (the *main* input, which the kernel packs in t
 place) and others it reads at a subset of them (a layer norm's per-row statistics, computed
 once per row by their own reduction, and its per-channel scale and shift).  Legal when ``q`` is
 no program output, ``p`` is its only consumer and reads it as exactly one of its two operands,
-and ``q`` is elementwise without where() conditions.
+and ``q`` is elementwise, its where() conditions (if any) on indices of the operand's rows
+and columns.
 
 An epilogue may read a second contraction ``p2`` besides ``p`` (a **pair**, the "dual GEMM" of
 a gated projection: trimul's ``a = mask * sigmoid(ga + b) * (pa + b)``, a SwiGLU's
@@ -101,7 +104,17 @@ class KernelParts:
 
 
 def _elementwise(op) -> bool:
-    return not op.reduction and op.combiner == "none" and not conditions(op.expr)
+    return not op.reduction and op.combiner == "none"
+
+
+def _conditions_fit(op, to_p: dict[str, str], groups) -> bool:
+    """Every index a where() condition of ``op`` names is among the kernel's rows or columns
+    (``groups``: the contraction's (batch, rows, cols) index groups): the kernel evaluates a
+    fusion at a row and a column of the operand it applies to, from which such an index's
+    value is recovered (a causal mask ``j <= i`` on attention scores, a diagonal ``i == j``
+    on a Gram matrix); a batch index's value is not in reach."""
+    seen = set(groups[1]) | set(groups[2])
+    return all(to_p.get(i) in seen for c in conditions(op.expr) for i in c.indices)
 
 
 def _only_consumer(w: Workload, t: str, of: str) -> bool:
@@ -121,6 +134,9 @@ def epilogue_of(w: Workload, p: str, c: str) -> Epilogue | None:
         return None
     read = reads.pop()
     if len(set(read)) != len(read) or sorted(read) != sorted(op_c.parallel):
+        return None
+    f = gemm_form(op_p)
+    if not _conditions_fit(op_c, dict(zip(read, op_p.parallel)), (f.batch, f.m, f.n)):
         return None
     return Epilogue(p, c, read)
 
@@ -179,7 +195,11 @@ def prologue_of(w: Workload, q: str, p: str) -> Prologue | None:
             if len(set(a.idx)) == len(a.idx) and sorted(a.idx) == sorted(op_q.parallel)]
     if not full:
         return None
-    return Prologue(p, q, roles[0][0], full[0].tensor, full[0].idx)
+    role, read = roles[0]
+    groups = (form.batch, form.m, form.k) if role == "a" else (form.batch, form.k, form.n)
+    if not _conditions_fit(op_q, dict(zip(op_q.parallel, read.idx)), groups):
+        return None
+    return Prologue(p, q, role, full[0].tensor, full[0].idx)
 
 
 def kernel_parts(w: Workload, fused: set[tuple[str, str]], anchor: str) -> KernelParts:

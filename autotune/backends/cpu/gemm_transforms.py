@@ -8,13 +8,14 @@ along the indices a tensor lacks.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
 from search_spaces.gemm import gemm_form
-from search_spaces.ir import Access, Binary, Call, Const, Expr, Pow, Unary
+from search_spaces.ir import Access, Binary, Call, Const, Expr, Pow, Select, Unary
 from search_spaces.kernel_fusion import Epilogue, KernelParts, Prologue, group_strides
 from search_spaces.workload import Workload
 
@@ -88,6 +89,22 @@ def transform_code(w: Workload, site: FusionSite, is_value: Callable[[Access], b
     functions = {**COMMON_FUNCTIONS, **C_FUNCTIONS}
     operands: dict[tuple[str, tuple[str, ...]], TransformOperand] = {}
 
+    def index(i: str) -> str:
+        """The value of the fused op's index ``i`` at the element: recovered from the flattened
+        row or column of the site (row-major over its group's indices)."""
+        ci = to_p[i]
+        for group, flat in ((site.groups[1], _R), (site.groups[2], _C)):
+            if ci in group:
+                pos = group.index(ci)
+                inner = math.prod(ext[j] for j in group[pos + 1:])
+                v = f"{flat} / {inner}L" if inner > 1 else flat
+                return f"(({v}) % {ext[ci]}L)" if pos > 0 else f"({v})"
+        raise ValueError(f"{site.op}: where() reads index {i}, a batch index of the kernel")
+
+    def index_value(x) -> str:
+        terms = [index(i) if c == 1 else f"({c}L * {index(i)})" for i, c in x.terms]
+        return "(" + " + ".join(terms + [f"{x.offset}L"]) + ")"
+
     def text(e: Expr) -> str:
         if isinstance(e, Const):
             return f"((T){e.value!r})"
@@ -118,6 +135,9 @@ def transform_code(w: Workload, site: FusionSite, is_value: Callable[[Access], b
             return f"(1/{body})" if e.exponent < 0 else body
         if isinstance(e, Call):
             return functions[e.fn].format(*[text(a) for a in e.args], s=suf)
+        if isinstance(e, Select):
+            cond = f"({index_value(e.cond.lhs)} {e.cond.op} {index_value(e.cond.rhs)})"
+            return f"({cond} ? {text(e.a)} : {text(e.b)})"
         raise ValueError(f"{site.op}: the kernel cannot evaluate {e!r} in a fusion")
 
     c = text(op.expr).replace("{", "{{").replace("}", "}}")

@@ -76,9 +76,15 @@ def test_legality(small):
     g = small("gated_mlp")
     assert epilogue_of(g, "g", "hid") is not None          # reads g twice: one accumulator
     assert epilogue_of(g, "y", "out") is not None
+    # where() on the rows and columns of the scores (i and j; h is the batch): legal
     causal = small("causal_attention")
-    assert all(epilogue_of(causal, p, c) is None for p, c in SearchSpace(causal).edges
-               if c == "sm")                                 # where() needs single indices
+    assert epilogue_of(causal, "s", "sm") is not None
+    # ... not on a batch index: the kernel does not see a batch item's indices
+    batch_cond = workload("r[z,i,j] += X[z,i,k] * Y[z,k,j]\n"
+                          "s[z,i,j] = where(z == i, r[z,i,j], 0.0)",
+                          {"Z": 3, "I": 4, "J": 5, "K": 6},
+                          {"X": ["Z", "I", "K"], "Y": ["Z", "K", "J"]}, outputs=("s",))
+    assert epilogue_of(batch_cond, "r", "s") is None
 
 
 @pytest.mark.parametrize("name", ["trimul_outgoing", "gated_mlp"])
@@ -136,6 +142,15 @@ WRITTEN = [
      "c[i,j,n] = sigmoid(p[i,j,n]) * u[i] + e[i,j,n]",
      {"I": 6, "J": 7, "N": 19, "K": 11}, {"E": ["I", "J", "N"], "X": ["I", "J", "K"],
                                           "W": ["K", "N"], "u": ["I"]}, ("c",)),
+    # a causal mask on the scores, stored transposed, with a bias by column
+    ("p[i,j] += A[i,k] * B[k,j]\nq[j,i] = where(j <= i, p[i,j] * 0.5, -1.0) + bias[j]",
+     {"I": 37, "J": 29, "K": 23}, {"A": ["I", "K"], "B": ["K", "J"], "bias": ["J"]}, ("q",)),
+    # conditions on indices inside flattened rows (a, b) and on the columns, with offsets and
+    # a coefficient, nested; a batch index the conditions leave alone
+    ("p[z,a,b,n] += X[z,a,b,k] * W[z,k,n]\n"
+     "c[z,a,b,n] = where(b + 1 >= n, where(a + a != n - 2, p[z,a,b,n], 1.0), 0.0) * 2.0",
+     {"Z": 2, "A": 5, "B": 7, "N": 13, "K": 9}, {"X": ["Z", "A", "B", "K"],
+                                                 "W": ["Z", "K", "N"]}, ("c",)),
 ]
 
 
@@ -150,6 +165,32 @@ def test_written_workloads(case, kdir):
         assert consumer in epilogues(w, cand), cand.to_json()
         params = params_of(space, cand)
         assert params is not None and space.build(lambda n, o: params[n]).key == cand.key
+        run_checked(w, cand, kdir, seed)
+
+
+def test_a_causal_mask_is_the_scores_epilogue(kdir):
+    """causal_attention's sm = where(j <= i, s, -1e9): the scores' kernel applies the mask
+    before s is stored (where the random choices leave the edge to the kernel)."""
+    w = load_workload("causal_attention", {"S": 24, "H": 2, "D": 8, "C": 16})
+    space = space_of(w)
+    masked = 0
+    for seed in range(4):
+        cand = kernel_plan(space, seed)
+        masked += epilogues(w, cand).get("sm") == "s"
+        run_checked(w, cand, kdir, seed)
+    assert masked >= 1
+
+
+def test_a_prologue_with_a_condition_runs_verified(kdir):
+    """A masked operand (the strict lower triangle of A, scaled) applied as A is packed."""
+    w = workload("q[i,k] = where(k < i, A[i,k], 0.0) * 2.0\np[i,j] += q[i,k] * B[k,j]",
+                 {"I": 33, "J": 21, "K": 40}, {"A": ["I", "K"], "B": ["K", "J"]},
+                 outputs=("p",))
+    space = space_of(w)
+    for seed in range(3):
+        cand = kernel_plan(space, seed)
+        parts = kernel_parts(w, cand.fused_pairs, "p")
+        assert parts.prologue_a is not None and parts.prologue_a.producer == "q"
         run_checked(w, cand, kdir, seed)
 
 
