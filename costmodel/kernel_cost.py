@@ -20,7 +20,7 @@ import math
 
 from search_spaces.candidate import IMPL_KERNEL
 from search_spaces.kernel_fusion import group_strides, kernel_parts, pair_operands
-from search_spaces.gemm import as_matrix_view, gemm_form, operand_groups
+from search_spaces.gemm import as_matrix_view, gemm_form, group_size, operand_groups
 from search_spaces.ir import accesses
 from search_spaces.kernel import OUTER_A, SPLIT_BATCH, KernelParams, pair_params
 from search_spaces.partition import Group
@@ -200,9 +200,7 @@ def kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev: Dev
     p = parts.contraction
     op = w.op(p)
     form = gemm_form(op)
-    ext = dict(zip(op.domain, op.extents))
-    size = lambda idx: math.prod(ext[i] for i in idx)
-    b_, m, n, kk = size(form.batch), size(form.m), size(form.n), size(form.k)
+    b_, m, n, kk = (group_size(op, g) for g in (form.batch, form.m, form.n, form.k))
     if parts.pair:
         # one kernel over both: twice the paired extent, in halves of the tile
         k = pair_params(k, kk, item) if k is not None else None

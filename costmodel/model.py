@@ -15,7 +15,8 @@ from search_spaces.chain import detect
 from search_spaces.footprint import (conflicting, footprint_shape, footprints, item_bytes,
                                      lines_between, nest_extents, plan_group, revisited_far,
                                      strides, tile_dealing, write_strides, writes_in_place)
-from search_spaces.gemm import as_matrix_view, broadcast_form, gemm_form, operand_groups
+from search_spaces.gemm import (as_matrix_view, broadcast_form, gemm_form, group_size,
+                                 operand_groups)
 from search_spaces.inlining import inlined_members
 from search_spaces.partition import Group, groups, materialized
 from search_spaces.rewrite import rewritten
@@ -103,9 +104,7 @@ def _library_group(w, g: Group, layout_of, dev: DeviceSpec, item: int) -> GroupC
     bcast = None
     if split is not None:
         form, bcast = split
-    ext = dict(zip(op.domain, op.extents))
-    size = lambda idx: math.prod(ext[i] for i in idx)
-    b_, m, n, k = size(form.batch), size(form.m), size(form.n), size(form.k)
+    b_, m, n, k = (group_size(op, g) for g in (form.batch, form.m, form.n, form.k))
     flops = 2.0 * b_ * m * n * k
     bytes_ = copy_bytes = 0.0
     ga, gb, go = operand_groups(form, bcast)

@@ -5,6 +5,7 @@ index appears in at least two of A, B and out: batch = A&B&out, M = A&out, N = B
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from .ir import Access, Op, constant_value
@@ -21,6 +22,12 @@ class GemmForm:
     n: tuple[str, ...]
     k: tuple[str, ...]
     scale: float
+
+
+def group_size(op: Op, idx) -> int:
+    """The elements a group of ``op``'s indices spans (a GemmForm's batch, m, n or k; 1 for
+    an empty group)."""
+    return math.prod(op.extent(i) for i in idx)
 
 
 # gemm_form by the identity of the op asked about, the op kept so its id stays its own: the

@@ -138,7 +138,6 @@ def _kc_options(bounds: KernelBounds, nr: int, itemsize: int, few_rows: bool
     return tuple(opts or [64])
 
 
-
 def _mc_options(bounds: KernelBounds, mr: int, kc: int, itemsize: int) -> tuple[int, ...]:
     # a packed A block (mc x kc) stays in L2 (half of it: B micro-panels and C pass through too)
     top = max(mr, (bounds.l2_bytes // 2) // (kc * itemsize) // mr * mr)

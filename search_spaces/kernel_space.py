@@ -12,13 +12,11 @@ producers of its operands as prologues (:mod:`search_spaces.kernel_fusion`):
 """
 from __future__ import annotations
 
-import math
-
 from typing import Callable, Sequence
 
 from .candidate import IMPL_KERNEL, Candidate, GroupSchedule
 from .kernel_fusion import epilogue_of, pair_of, prologue_of
-from .gemm import gemm_form
+from .gemm import gemm_form, group_size
 from .kernel import (KernelBounds, KernelParams, chosen_params, kernel_options,
                      question_options)
 from .workload import Workload
@@ -32,12 +30,10 @@ def _itemsize(w: Workload) -> int:
 
 def _options(bounds: KernelBounds, w: Workload, contraction: str):
     op = w.op(contraction)
-    ext = dict(zip(op.domain, op.extents))
     form = gemm_form(op)
-    size = lambda idx: math.prod(ext[i] for i in idx)
     # (the smaller side: a C stored transposed has its few rows as the kernel's columns)
-    return kernel_options(bounds, _itemsize(w), size(form.batch),
-                          min(size(form.m), size(form.n)))
+    return kernel_options(bounds, _itemsize(w), group_size(op, form.batch),
+                          min(group_size(op, form.m), group_size(op, form.n)))
 
 
 def kernel_question_options(bounds: KernelBounds, w: Workload, contraction: str

@@ -17,12 +17,11 @@ are weights, small beside the shared operand), Y the shared operand as it is sto
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable
 
 from .candidate import IMPL_LIBRARY
-from .gemm import GemmForm, gemm_form
+from .gemm import GemmForm, gemm_form, group_size
 from .workload import Workload
 
 
@@ -76,9 +75,8 @@ def stack_extents(w: Workload, sib: Siblings, member: str) -> tuple[int, int, in
     the stacked GEMM ``(n D, K) @ (K, S)`` sees them."""
     op = w.op(member)
     form = gemm_form(op)
-    ext = dict(zip(op.domain, op.extents))
     d, s = free_groups(form, sib.shared)
-    return tuple(math.prod(ext[i] for i in g) for g in (d, s, form.k))  # type: ignore[return-value]
+    return tuple(group_size(op, g) for g in (d, s, form.k))  # type: ignore[return-value]
 
 
 def stack_layout(w: Workload, sib: Siblings, member: str) -> tuple[int, ...]:
