@@ -33,6 +33,8 @@ class AccessCosts:
     strided_write: float = 16.0   # a write walking with a large stride (its line is read too)
     transpose_copy: float = 16.0  # a whole transposing copy (NumPy's layout copies for BLAS),
                                   # per byte read and written, against a streaming copy
+    far_regions: float = 1.0      # a read's time when each tile reads rows from more regions
+                                  # (pages apart) than the prefetchers follow, against one region
 
 
 @dataclass(frozen=True)
@@ -137,8 +139,10 @@ CPU_DEFAULT = DeviceSpec("cpu", "cpu", f32_flops=157e9, tf32_flops=0.0, bf16_flo
                          # 4.9 us, a loop group's 3.3 us (before: 19.5 / 4.0 us)
                          kernel_call_s=1.6e-6,
                          gemm_shapes=GemmShapes(skinny_k=0.6, skinny_mn=1.9, batched_small=1.1),
+                         # far_regions: the calibration's probe there, 21 GB/s from one
+                                         # region, 11 from 128 (costmodel.rates.regions_waste)
                          access=AccessCosts(strided_read=38.0, strided_write=27.0,
-                                            transpose_copy=14.0),
+                                            transpose_copy=14.0, far_regions=1.9),
                          functions=FunctionCosts(exp=5.0, log=5.0, sqrt=2.4, rsqrt=4.4,
                                                  # tanh: float32's inlined rational
                                                  # function (autotune.backends.cpu.

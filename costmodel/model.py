@@ -28,8 +28,9 @@ from .devices import DeviceSpec
 from .estimate import CostEstimate, FusedProducer, GroupCost
 from .kernel_cost import kernel_copy_bytes, kernel_group
 from .memo import GroupMemo
-from .rates import (LINE_ELEMS, gemm_rate, library_launch_s, loop_launch_s, read_waste,
-                    tile_overhead_s, transcendental_weight, write_waste)
+from .rates import (LINE_ELEMS, PAGE_BYTES, gemm_rate, library_launch_s, loop_launch_s,
+                    read_waste, regions_waste, tile_overhead_s, transcendental_weight,
+                    write_waste)
 from .stack_cost import stack_copy_bytes, stacked_group
 
 
@@ -45,6 +46,22 @@ def line_waste(shape, perm, box) -> float:
         if box[d] < shape[d]:
             break
     return LINE_ELEMS / min(max(run, 1), LINE_ELEMS)
+
+
+def far_regions(shape, perm, box, item: int) -> int:
+    """Runs of ``box`` (a tile's read of a tensor stored in ``perm`` order) that lie pages
+    apart: the product of the box's extents along the dims outside its contiguous run whose
+    stride exceeds a page (rows closer than that are one region to the prefetchers).
+    ``rates.regions_waste`` prices it."""
+    st = strides(shape, perm)
+    regions, inside = 1, True
+    for d in reversed(perm):
+        if inside:
+            inside = box[d] >= shape[d]
+            continue
+        if st[d] * item > PAGE_BYTES:
+            regions *= max(box[d], 1)
+    return regions
 
 
 _MEMO = GroupMemo()   # loop and kernel groups' prices, reused by candidates that price them alike
@@ -215,7 +232,8 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
             if st.get(inner, 1) != 1 and lines_between(st, mp.order, dict(zip(
                     acc.idx, ext))) * LINE_ELEMS * item > dev.tile_cache_bytes:
                 spread = max(spread, float(min(st[inner], LINE_ELEMS)))
-            waste = read_waste(spread, dev)
+            waste = read_waste(spread, dev) * regions_waste(
+                far_regions(w.shapes[acc.tensor], layout_of(acc.tensor), ext, item), dev)
             per_run = box * item * n_tiles * waste
             # tensors that fit in cache are read from DRAM once, however often tiles touch them
             if tensor_bytes <= dev.cache_bytes / 2:

@@ -65,6 +65,24 @@ def pattern_waste(spread: float, ratio: float) -> float:
     return ratio ** (math.log(spread) / math.log(LINE_ELEMS))
 
 
+# Regions (runs of a tile's box whose storage lies pages apart) a core's prefetchers follow at
+# once: the calibration's probe on the development host (znver1) read 1-16 regions at 20-22 GB/s,
+# 32 at 12-15, 64-256 at 10-15, each region RUN floats a step.  Priced as one region up to
+# TRACKED_REGIONS, then geometrically up to the calibrated ``far_regions`` at 4x as many.
+TRACKED_REGIONS = 16
+PAGE_BYTES = 4096
+
+
+def regions_waste(regions: float, dev: DeviceSpec) -> float:
+    """Time factor of a read whose every tile reads ``regions`` far-apart runs (trimul's
+    channel-first t read by the centre layer norm, tile (8, 64, 128): 128 regions, the group
+    0.10-0.12 s; with t stored (i, c, j), 8 regions, 0.06 s)."""
+    if regions <= TRACKED_REGIONS:
+        return 1.0
+    span = min(math.log(regions / TRACKED_REGIONS) / math.log(4.0), 1.0)
+    return dev.access.far_regions ** span
+
+
 def read_waste(spread: float, dev: DeviceSpec) -> float:
     return pattern_waste(spread, dev.access.strided_read)
 

@@ -31,7 +31,8 @@ from autotune.cache_dirs import kernels_dir
 # 6: + a generated-kernel group's call beyond a loop group's (kernel_call_s), and the kernel's
 #    rate fitted with it
 # 7: the kernel's rate held at the FMA peak (f32_flops) at most, its factors fitted around it
-CALIBRATION_VERSION = 7
+# 8: + a read from more far-apart regions than the prefetchers follow (access.far_regions)
+CALIBRATION_VERSION = 8
 CALIBRATION_FILE = "calibration-cpu.json"
 DEFAULT_GEMM_N = 2048
 DEFAULT_COPY_MB = 256

@@ -93,6 +93,8 @@ def measure(gemm_n: int, copy_mb: float, repeats: int, cache_dir: Path,
         ev["copy_bandwidth"] = bws["copy"]
         ev["strided_read_bandwidth"] = bws["strided_read"]
         ev["transpose_bandwidth"] = bws["transpose"]
+        ev["one_region_bandwidth"] = bws["one_region"]
+        ev["far_regions_bandwidth"] = bws["far_regions"]
         peak = _errors(lambda: probes.peak_flops(lib, repeats), errors, "f32_flops")
         if peak is not None:
             ev["peak_flops"] = peak
@@ -145,6 +147,9 @@ def terms(ev: dict, cores: int) -> dict:
         # the transposing copy reads unit-stride (one byte per byte) and writes strided
         out["access"] = {"strided_read": max(1.0, bw / ev["strided_read_bandwidth"]),
                          "transpose_copy": transpose, "strided_write": 2 * transpose - 1}
+        if "far_regions_bandwidth" in ev:
+            out["access"]["far_regions"] = max(
+                1.0, ev["one_region_bandwidth"] / ev["far_regions_bandwidth"])
     if "peak_flops" in ev:
         out["f32_flops"] = ev["peak_flops"]
     region = 0.0
@@ -206,6 +211,11 @@ def report_lines(rec: dict) -> list[str]:
                    f"({ev['transpose_bandwidth'] / 1e9:.2f} GB/s read+write)")
         out.append(f"  strided write:  x{acc['strided_write']:.1f} bytes per useful byte  "
                    f"(2 x transpose - 1: the copy's read side streams)")
+        if "far_regions" in acc:
+            out.append(f"  far regions:    x{acc['far_regions']:.2f} a read's time  "
+                       f"({ev['far_regions_bandwidth'] / 1e9:.2f} GB/s reading "
+                       f"{probes.FAR_REGIONS} regions {probes.RUN} floats a step, "
+                       f"{ev['one_region_bandwidth'] / 1e9:.2f} from one)")
     else:
         out.append(f"  access patterns: not measured ({rec.get('probes_error', '?')})")
     out.append(f"peak:       {rec['f32_flops'] / 1e9:.1f} GFLOP/s  (float32 FMA chains on "

@@ -26,6 +26,12 @@ from autotune.backends.loops import COMMON_FUNCTIONS
 STRIDE = 1000           # floats between consecutive reads of the strided probe (4000 bytes)
 FRESH = 64              # floats between the strided probe's runs: each run reads unseen lines
 FUNCTION_ELEMS = 4096   # floats per thread in the transcendental probe (in L1)
+# the many-regions probe: a read of FAR_REGIONS regions a step, RUN floats from each (pages
+# apart), against the same read from one region.  On the development host (znver1, 2 cores,
+# 256 MB) 1 to 16 regions read at 20-22 GB/s, 32 at 12-15, 64 to 256 at 10-15: beyond the
+# streams its prefetchers follow, each line is a demand miss (tests in test_calibration.py)
+FAR_REGIONS = 128
+RUN = 64
 
 
 RUN_BUDGET_S = 0.15     # per repeat: short probes run until this much time has passed
@@ -130,6 +136,22 @@ double probe_strided(const float *restrict src, long n, long stride) {
     for (long i = 0; i < n; i++) s += src[i * stride];
     return s;
 }
+/* n floats cut into `regions` equal regions; each step reads `run` floats of every region
+   (as a loop tile reads a box whose rows lie pages apart), then moves on */
+double probe_spread_read(const float *restrict src, long n, long regions, long run) {
+    long len = n / regions;
+    double s = 0.0;
+    #pragma omp parallel for reduction(+:s) schedule(static)
+    for (long pos = 0; pos < len - run + 1; pos += run)
+        for (long r = 0; r < regions; r++) {
+            const float *p = src + r * len + pos;
+            float part = 0.0f;
+            #pragma omp simd reduction(+:part)
+            for (long q = 0; q < run; q++) part += p[q];
+            s += part;
+        }
+    return s;
+}
 /* dst[j][i] = src[i][j]: the read walks unit-stride, the write with a stride of rows */
 void probe_transpose(const float *restrict src, float *restrict dst, long rows, long cols) {
     #pragma omp parallel for schedule(static)
@@ -170,6 +192,8 @@ def load_probes(cache_dir: Path) -> ctypes.CDLL:
     lib.probe_strided.argtypes = [P, L, L]
     lib.probe_strided.restype = ctypes.c_double
     lib.probe_transpose.argtypes = [P, P, L, L]
+    lib.probe_spread_read.argtypes = [P, L, L, L]
+    lib.probe_spread_read.restype = ctypes.c_double
     lib.probe_regions.argtypes = [L, ctypes.c_int]
     lib.probe_tiles.argtypes = [P, L, L, L]
     lib.probe_max_threads.restype = ctypes.c_int
@@ -201,7 +225,8 @@ def memory_bandwidths(lib, src: np.ndarray, dst: np.ndarray, repeats: int) -> di
     starts FRESH floats further, on lines no earlier round brought into the cache, hence at most
     STRIDE / FRESH - 1 rounds); ``transpose``, a 2-D transposing copy of a ``side x side``
     matrix, ``side`` as large as both buffers allow (odd, against cache-set aliasing; bytes read
-    plus written)."""
+    plus written); ``one_region`` and ``far_regions``, bytes read by
+    ``probe_spread_read`` from one region and from FAR_REGIONS regions, RUN floats a step."""
     n = min(src.size, dst.size)
     side = max(1, int(math.isqrt(n)) | 1)
     side = side if side * side <= n else max(1, side - 2)
@@ -211,10 +236,21 @@ def memory_bandwidths(lib, src: np.ndarray, dst: np.ndarray, repeats: int) -> di
     t = best_times({"copy": lambda r: lib.probe_copy(base, out, n),
                     "strided_read": lambda r: lib.probe_strided(base + 4 * FRESH * r, strided,
                                                                 STRIDE),
-                    "transpose": lambda r: lib.probe_transpose(base, out, side, side)},
+                    "transpose": lambda r: lib.probe_transpose(base, out, side, side),
+                    "one_region": lambda r: lib.probe_spread_read(base, n, 1, RUN),
+                    "far_regions": lambda r: lib.probe_spread_read(base, n, FAR_REGIONS, RUN)},
                    min(max(1, repeats), rounds), max_rounds=rounds)
     return {"copy": 2.0 * n * 4 / t["copy"], "strided_read": strided * 4 / t["strided_read"],
-            "transpose": 2.0 * side * side * 4 / t["transpose"]}
+            "transpose": 2.0 * side * side * 4 / t["transpose"],
+            "one_region": spread_read_bytes(n, 1) / t["one_region"],
+            "far_regions": spread_read_bytes(n, FAR_REGIONS) / t["far_regions"]}
+
+
+def spread_read_bytes(n: int, regions: int, run: int = RUN) -> int:
+    """Bytes ``probe_spread_read`` reads from ``n`` floats cut into ``regions`` regions."""
+    per = n // regions
+    steps = (per - run) // run + 1 if per >= run else 0
+    return 4 * steps * run * regions
 
 
 def region_times(lib, repeats: int, reps: int = 200) -> tuple[float, float, int]:

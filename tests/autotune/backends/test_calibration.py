@@ -36,7 +36,7 @@ def test_memory_probes_on_a_tiny_buffer(lib):
     src = np.ones(20_000, dtype=np.float32)
     dst = np.zeros(20_000, dtype=np.float32)
     bws = probes.memory_bandwidths(lib, src, dst, 1)
-    assert set(bws) == {"copy", "strided_read", "transpose"}
+    assert set(bws) == {"copy", "strided_read", "transpose", "one_region", "far_regions"}
     assert all(positive(v) for v in bws.values())
     assert positive(host_probes.numpy_copy_bandwidth(src, dst, 1))
 
@@ -47,6 +47,15 @@ def test_the_transpose_probe_really_transposes(lib):
     dst = np.zeros_like(src)
     lib.probe_transpose(src.ctypes.data, dst.ctypes.data, side, side)
     assert (dst.reshape(side, side) == src.reshape(side, side).T).all()
+
+
+def test_the_spread_read_probe_reads_runs_of_every_region(lib):
+    # 4 regions of 25 floats, 8 a step: steps at 0, 8, 16 in each (17..24 fit, 24 does not)
+    src = np.arange(100, dtype=np.float32)
+    expect = sum(float(src[r * 25 + p: r * 25 + p + 8].sum()) for r in range(4)
+                 for p in (0, 8, 16))
+    assert lib.probe_spread_read(src.ctypes.data, 100, 4, 8) == pytest.approx(expect)
+    assert probes.spread_read_bytes(100, 4, run=8) == 4 * 3 * 8 * 4
 
 
 def test_compute_probes_on_a_tiny_size(lib):
@@ -86,13 +95,15 @@ def test_terms_from_the_raw_measurements():
     ev = {"gemm_flops": 1e11, "gemm_class_flops": {"skinny_k": 5e10},
           "numpy_copy_bandwidth": 2e10, "copy_bandwidth": 3e10,
           "strided_read_bandwidth": 1e9, "transpose_bandwidth": 2e9,
+          "one_region_bandwidth": 2e10, "far_regions_bandwidth": 1e10,
           "region_s": 1e-6, "region_thread_s": 4e-6, "threads": 3, "tile_s": 2e-8,
           "function_s": {"ref": 1e-10, "exp": 2e-10, "sqrt": 1e-12},
           "loop_group_call_s": 20e-6, "library_group_call_s": 50e-6,
           "kernel_group_call_s": 80e-6}
     t = terms(ev, cores=3)
     assert t["bandwidth"] == 3e10 and t["bandwidth_source"] == "generated copy"
-    assert t["access"] == {"strided_read": 30.0, "transpose_copy": 15.0, "strided_write": 29.0}
+    assert t["access"] == {"strided_read": 30.0, "transpose_copy": 15.0, "strided_write": 29.0,
+                           "far_regions": 2.0}
     assert t["gemm_shapes"] == {"skinny_k": pytest.approx(0.5)}
     loop_flops = max(CPU_DEFAULT.loop_flops, 0.15 * 1e11)
     assert t["functions"] == {"exp": pytest.approx(2e-10 * loop_flops), "sqrt": 1.0}
@@ -121,7 +132,8 @@ def full_record() -> dict:
             "launch_s": 3e-6, "region_s": 1e-6, "thread_start_s": 0.0, "library_call_s": 4e-5,
             "kernel_call_s": 6e-5,
             "tile_overhead_s": 2e-8, "gemm_shapes": {"skinny_k": 0.7, "skinny_mn": 1.3, "batched_small": 0.9},
-            "access": {"strided_read": 25.0, "strided_write": 40.0, "transpose_copy": 20.5},
+            "access": {"strided_read": 25.0, "strided_write": 40.0, "transpose_copy": 20.5,
+                       "far_regions": 2.5},
             "functions": {"exp": 5.0, "tanh": 300.0}, "evidence": {"anything": 1}}
 
 
@@ -135,7 +147,7 @@ def test_a_current_record_round_trips(tmp_path):
             spec.kernel_call_s) == (3e-6, 1e-6, 0.0, 4e-5, 6e-5)
     assert spec.tile_overhead_s == 2e-8
     assert spec.gemm_shapes == GemmShapes(0.7, 1.3, 0.9)
-    assert spec.access == AccessCosts(25.0, 40.0, 20.5)
+    assert spec.access == AccessCosts(25.0, 40.0, 20.5, 2.5)
     # functions the record names are set; the others keep the default's
     assert spec.functions.exp == 5.0 and spec.functions.tanh == 300.0
     assert spec.functions.log == CPU_DEFAULT.functions.log
