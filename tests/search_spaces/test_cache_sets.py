@@ -7,7 +7,8 @@ import re
 import pytest
 
 from search_spaces.candidate import GroupSchedule, make_candidate
-from search_spaces.footprint import LINE_BYTES, conflicting, sets_touched, tile_dealing
+from search_spaces.footprint import (LINE_BYTES, MIN_CHUNKS, RUN_ON_BYTES, conflicting,
+                                     sets_touched, tile_dealing)
 
 from autotune.backends.cpu.codegen import generate
 from tests.support.workloads import workload
@@ -47,14 +48,32 @@ def test_conflicting_needs_more_lines_than_the_ways_of_the_sets_they_share():
 
 
 @pytest.mark.parametrize("eff, perm, expected", [
-    ((2, 1), (0, 1), ([0, 1], 16)),      # 4-byte wide tiles along the contiguous dim: 16 a step
-    ((2, 4), (0, 1), ([0, 1], 4)),
-    ((2, 16), (0, 1), ([0, 1], 1)),      # a line wide: one at a time
-    ((1, 8), (1, 0), ([1, 0], 16)),      # column-major: dim 0 is contiguous, its loop innermost
-    ((512, 2), (0, 1), ([0, 1], 8)),
+    # narrow tiles along the contiguous dim go innermost, dealt a line's worth at least; more
+    # where their neighbours continue the rows: RUN_ON_BYTES of them, at most a row of tiles
+    # and no fewer than MIN_CHUNKS chunks in all
+    ((2, 1), (0, 1), ([0, 1], 1024)),    # 4-byte wide tiles: a row of 1,024 tiles a step
+    ((2, 4), (0, 1), ([0, 1], 256)),     # 256 chunks of 256
+    ((2, 16), (0, 1), ([0, 1], 64)),     # a line wide: 64 a step, 32 lines of 2 rows
+    ((1, 8), (1, 0), ([1, 0], 256)),     # column-major: dim 0 is contiguous, its loop innermost
+    ((512, 2), (0, 1), ([0, 1], 8)),     # a line's worth: only 512 tiles in all
 ])
 def test_tile_dealing_takes_a_lines_worth_of_narrow_tiles(eff, perm, expected):
     assert tile_dealing((512, 1024), eff, perm, 4) == expected
+    assert expected[1] >= min(LINE_BYTES // (eff[perm[-1]] * 4), 1024 // eff[1])
+
+
+def test_tiles_are_dealt_to_run_on_where_their_neighbours_continue_them():
+    # trimul's gate in tiles (1, 2, 128): 1 KiB of each row a tile, 32 tiles make 32 KiB
+    assert tile_dealing((702, 702, 128), (1, 2, 128), (0, 1, 2), 4) == ([0, 1, 2], 32)
+    assert RUN_ON_BYTES == 32 * 1024
+    # tiles of 32 KiB rows already run on
+    assert tile_dealing((702, 702, 128), (8, 64, 128), (0, 1, 2), 4) == ([0, 1, 2], 1)
+    # the contiguous dim tiled in part and walked outside the tile loop that steps: the
+    # neighbours lie a column apart, nothing to continue
+    assert tile_dealing((512, 1024), (64, 8), (1, 0), 4) == ([0, 1], 1)
+    # few tiles: every thread keeps MIN_CHUNKS chunks to share
+    few = tile_dealing((64, 64), (1, 64), (0, 1), 4)
+    assert few == ([0, 1], 1) and 64 < MIN_CHUNKS
 
 
 def test_tile_dealing_of_a_dim_tiled_whole_is_one_at_a_time():
