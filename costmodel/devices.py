@@ -140,7 +140,7 @@ CPU_DEFAULT = DeviceSpec("cpu", "cpu", f32_flops=157e9, tf32_flops=0.0, bf16_flo
                          kernel_call_s=1.6e-6,
                          gemm_shapes=GemmShapes(skinny_k=0.6, skinny_mn=1.9, batched_small=1.1),
                          # far_regions: the calibration's probe there, 21 GB/s from one
-                                         # region, 11 from 128 (costmodel.rates.regions_waste)
+                         # region, 11 from 128 (costmodel.rates.regions_waste)
                          access=AccessCosts(strided_read=38.0, strided_write=27.0,
                                             transpose_copy=14.0, far_regions=1.9),
                          functions=FunctionCosts(exp=5.0, log=5.0, sqrt=2.4, rsqrt=4.4,

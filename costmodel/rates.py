@@ -66,7 +66,7 @@ def pattern_waste(spread: float, ratio: float) -> float:
 
 
 # Regions (runs of a tile's box whose storage lies pages apart) a core's prefetchers follow at
-# once: the calibration's probe on the development host (znver1) read 1-16 regions at 20-22 GB/s,
+# once: the calibration's probe on the development host (AMD EPYC) read 1-16 regions at 20-22 GB/s,
 # 32 at 12-15, 64-256 at 10-15, each region RUN floats a step.  Priced as one region up to
 # TRACKED_REGIONS, then geometrically up to the calibrated ``far_regions`` at 4x as many.
 TRACKED_REGIONS = 16

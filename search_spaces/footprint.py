@@ -182,10 +182,10 @@ def tile_dealing(out_shape: tuple[int, ...], eff: tuple[int, ...], perm: tuple[i
     else:
         order = [k for k in range(nd) if k != kc] + [kc]
         chunk = min(ntile[kc], -(-LINE_BYTES // width))
-    return order, max(chunk, _stream_chunk(out_shape, eff, perm, item, order, ntile))
+    return order, max(chunk, _run_on_chunk(out_shape, eff, perm, item, order, ntile))
 
 
-def _stream_chunk(out_shape, eff, perm, item: int, order, ntile) -> int:
+def _run_on_chunk(out_shape, eff, perm, item: int, order, ntile) -> int:
     """Tiles a thread takes at once so that its walk of the anchor's output runs on for
     RUN_ON_BYTES: neighbours along the innermost tile loop continue each other's contiguous
     runs only when that loop's dim is the first in storage order (from the innermost) that a

@@ -27,7 +27,7 @@ STRIDE = 1000           # floats between consecutive reads of the strided probe 
 FRESH = 64              # floats between the strided probe's runs: each run reads unseen lines
 FUNCTION_ELEMS = 4096   # floats per thread in the transcendental probe (in L1)
 # the many-regions probe: a read of FAR_REGIONS regions a step, RUN floats from each (pages
-# apart), against the same read from one region.  On the development host (znver1, 2 cores,
+# apart), against the same read from one region.  On the development host (AMD EPYC, 2 cores,
 # 256 MB) 1 to 16 regions read at 20-22 GB/s, 32 at 12-15, 64 to 256 at 10-15: beyond the
 # streams its prefetchers follow, each line is a demand miss (tests in test_calibration.py)
 FAR_REGIONS = 128
