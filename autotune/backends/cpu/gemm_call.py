@@ -8,7 +8,6 @@ through ctypes on strided (batch, rows, cols) views: no copies, whatever the str
 from __future__ import annotations
 
 import ctypes
-import math
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +15,7 @@ import numpy as np
 from search_spaces.candidate import Candidate
 from search_spaces.kernel_fusion import Epilogue, KernelParts, kernel_parts
 from search_spaces.footprint import strides
-from search_spaces.gemm import gemm_form
+from search_spaces.gemm import gemm_form, group_size
 from search_spaces.kernel import default_params, pair_params
 from search_spaces.workload import Workload
 
@@ -188,7 +187,7 @@ def kernel_spec(w: Workload, cand: Candidate, anchor: str) -> KernelSpec:
     hooks, _ = kernel_transforms(w, parts, lambda t: cand.layout(t, len(w.shapes[t])))
     pair = ""
     if parts.pair:
-        params = pair_params(params, math.prod(op.extent(i) for i in form.k), item)
+        params = pair_params(params, group_size(op, form.k), item)
         # the paired contraction axis is the one the non-shared operand brings; as a kernel
         # axis, rows in ``rows`` store are m
         along = "n" if parts.epilogue.shared == "a" else "m"

@@ -31,7 +31,7 @@ from typing import Callable
 import numpy as np
 
 from search_spaces.candidate import IMPL_LIBRARY, Candidate
-from search_spaces.gemm import gemm_form
+from search_spaces.gemm import gemm_form, group_size
 from search_spaces.partition import Group, groups, materialized
 from search_spaces.rewrite import rewritten
 from search_spaces.workload import Workload
@@ -199,7 +199,7 @@ class CudaPlan:
             return got[0] if got else None
 
         da, db, dc = desc(A, f.a.idx, ga), desc(B, f.b.idx, gb), desc(O, op.parallel, go)
-        batch = math.prod(op.extent(i) for i in f.batch)
+        batch = group_size(op, f.batch)
         a_buf, b_buf, c_buf = A, B, O
         tmp_out = None
         for _ in range(4):
@@ -216,7 +216,7 @@ class CudaPlan:
                 db = Mat(b_buf.shape[1], b_buf.shape[2], b_buf.shape[2], 1,
                          b_buf.shape[1] * b_buf.shape[2] if batch > 1 else 0)
             else:
-                m_, n_ = math.prod(op.extent(i) for i in f.m), math.prod(op.extent(i) for i in f.n)
+                m_, n_ = group_size(op, f.m), group_size(op, f.n)
                 tmp_out = c_buf = xp.empty((batch, m_, n_), dtype=self.dtype)
                 dc = Mat(m_, n_, n_, 1, m_ * n_ if batch > 1 else 0)
         else:
