@@ -239,7 +239,8 @@ class SearchSpace:
     def _reduced_along(self, tensor: str, dims: list[int]) -> bool:
         """Whether an op that reads ``tensor`` reduces over the index it reads at one of the
         positions ``dims``."""
-        for op in self.w.ops:
+        for c in self.w.consumers.get(tensor, ()):
+            op = self.w.op(c)
             for acc in op.reads():
                 if acc.tensor == tensor and any(acc.idx[d] in op.reduction for d in dims):
                     return True
