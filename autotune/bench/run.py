@@ -1,4 +1,4 @@
-"""``autotune bench``: the tuned plan against the named plans and other frameworks, in one process.
+"""``autotune bench``: the tuned plan against the named plans and other frameworks, in one run.
 
     result = run_bench(load_workload("trimul_outgoing", {"N": 256}), peers=("jax", "iree"))
     print(format_table(result))
@@ -16,7 +16,9 @@ not timed:
   default precision), ``torch`` (eager), ``inductor`` (``torch.compile``) and ``iree`` (the JAX
   function lowered to StableHLO, compiled by ``iree.compiler`` for ``llvm-cpu`` or ``cuda``, run
   through ``iree.runtime``).  A peer whose framework is not installed is reported as skipped,
-  with the reason; it is never fatal.
+  with the reason; it is never fatal.  Each peer is built and run in a process of its own,
+  driven round by round from this one (:mod:`autotune.bench.isolated` says why);
+  ``isolate_peers=False`` keeps them all in this process.
 
 Timing is in interleaved rounds: every round runs each contender once, in a shuffled order; the
 median and the minimum are reported, with ratios to XLA's median and to the floor
@@ -40,6 +42,7 @@ from typing import Any, Callable
 from db.records import BestPlan, Status
 from search_spaces.workload import Workload
 
+from autotune.bench.isolated import isolated_runner
 from autotune.bench.peers import PeerUnavailable   # a builder raises it when its framework is missing
 from autotune.bench.result import (DEFAULT_OUT, ORDER, PEER_NAMES, BenchResult, Contender,
                                    result_name, save_result)
@@ -107,10 +110,12 @@ def _cached_or_searched(w: Workload, device: str, db_path: Path, search_budget: 
 def run_bench(w: Workload, device: str = "cpu", peers=PEER_NAMES, rounds: int = 5, db=None,
               search_budget: int | None = None, greedy_timeout_s: float | None = 60.0,
               seed: int = 1, out_dir: str | os.PathLike | None = DEFAULT_OUT,
-              command: str | None = None, log: Callable[[str], None] | None = None
-              ) -> BenchResult:
+              command: str | None = None, log: Callable[[str], None] | None = None,
+              isolate_peers: bool = True) -> BenchResult:
     """Benchmark ``w`` on ``device`` (see the module doc).  ``greedy_timeout_s=None`` skips the
-    greedy plan; ``out_dir=None`` writes no JSON; ``log`` receives progress lines."""
+    greedy plan; ``out_dir=None`` writes no JSON; ``log`` receives progress lines;
+    ``isolate_peers=False`` builds and runs the peers in this process instead of one process
+    each (:mod:`autotune.bench.isolated`)."""
     from costmodel import estimate
     from db.store import default_db_path
     from search_spaces.plans import named_plan
@@ -172,11 +177,15 @@ def run_bench(w: Workload, device: str = "cpu", peers=PEER_NAMES, rounds: int = 
         rows[name]["predicted_s"] = predicted[name]
         if name != "best" and c.key == cand.key:
             rows[name]["note"] = "the same plan as best"
-    for name in peers:
-        build(name, "peer", lambda name=name: PEER_BUILDERS[name](ctx))
-
-    check_outputs(w, runners, rows, ref, say)
-    times, calls = time_rounds(runners, rounds, seed, say)
+    try:
+        for name in peers:
+            build(name, "peer", (lambda name=name: isolated_runner(name, ctx, seed))
+                  if isolate_peers else (lambda name=name: PEER_BUILDERS[name](ctx)))
+        check_outputs(w, runners, rows, ref, say)
+        times, calls = time_rounds(runners, rounds, seed, say)
+    finally:
+        for r in runners.values():
+            r.close()
     for name, n in calls.items():
         rows[name]["calls_per_round"] = n
     runners.clear()

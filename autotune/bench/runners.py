@@ -29,10 +29,34 @@ def first_line(e: BaseException) -> str:
 @dataclass
 class Runner:
     """A contender ready to run: ``call()`` runs once (synchronised) and returns its outputs;
-    ``to_host`` turns them into ``{name: ndarray}`` for the check."""
+    ``to_host`` turns them into ``{name: ndarray}`` for the check.  A contender that runs
+    elsewhere (a peer in a process of its own: :mod:`autotune.bench.isolated`) times itself
+    there (``timed``) and is shut down by ``close``."""
     call: Callable[[], Any]
     to_host: Callable[[Any], dict]
     detail: dict = field(default_factory=dict)
+    timed: Callable[[int, float | None], float] | None = None
+    close: Callable[[], None] = lambda: None
+
+    def seconds_per_call(self, n: int, warm_s: float | None = None) -> float:
+        """Mean seconds of ``n`` calls back to back, after untimed calls for ``warm_s`` seconds
+        when it is not None (:func:`autotune.backends.base.warm_up`)."""
+        if self.timed is not None:
+            return self.timed(n, warm_s)
+        return seconds_per_call(self.call, n, warm_s)
+
+
+def seconds_per_call(call: Callable[[], Any], n: int, warm_s: float | None = None) -> float:
+    """Mean seconds of ``n`` calls of ``call`` back to back, after untimed calls for ``warm_s``
+    seconds when it is not None."""
+    from autotune.backends.base import warm_up
+    if warm_s is not None:
+        warm_up(call, warm_s)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        out = call()
+        del out
+    return (time.perf_counter() - t0) / n
 
 
 @dataclass

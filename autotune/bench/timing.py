@@ -10,7 +10,7 @@ from search_spaces.workload import Workload
 
 from autotune.backends.base import (MAX_CALLS, MIN_ROUND_S, WARM_UP_S,  # noqa: F401
                                     calls_per_round, verify, warm_up)
-from autotune.bench.runners import first_line
+from autotune.bench.runners import Runner, first_line, seconds_per_call
 from autotune.report.units import fmt_s
 
 # One process holds several thread pools (our OpenMP, torch's, OpenBLAS's, XLA's Eigen pool) on
@@ -36,12 +36,14 @@ def check_outputs(w: Workload, runners: dict, rows: dict, ref, say) -> None:
         except Exception as e:
             info.update(status=Status.FAILED, error=first_line(e))
             say(f"{name}: FAILED: {info['error']}")
+            getattr(r, "close", lambda: None)()   # a peer's own process
             del runners[name]
             continue
         info["rel_err"] = err
         if why:
             info.update(status=Status.WRONG, error=why)
             say(f"{name}: WRONG ({why}); not timed")
+            getattr(r, "close", lambda: None)()   # a peer's own process
             del runners[name]
             continue
         info["status"] = Status.OK
@@ -70,14 +72,17 @@ def time_rounds(runners: dict, rounds: int, seed: int, say, settle_s: float = SE
     :data:`ROUND_WARM_BELOW_S` after untimed calls for ``warm_s``
     (:func:`autotune.backends.base.warm_up`).  Returns each contender's per-round seconds and
     its calls per round."""
+    def per_call(r, n: int, warm_s: float | None) -> float:
+        # a Runner knows where it runs; a bare object with a call() (the tests') runs here
+        if isinstance(r, Runner):
+            return r.seconds_per_call(n, warm_s)
+        return seconds_per_call(r.call, n, warm_s)
+
     batch, warm = {}, {}
     for name, r in runners.items():
-        t0 = time.perf_counter()
-        out = r.call()
-        took = time.perf_counter() - t0
+        took = per_call(r, 1, None)
         batch[name] = calls_per_round(took, min_round_s)
         warm[name] = took < ROUND_WARM_BELOW_S
-        del out
     times: dict[str, list[float]] = {n: [] for n in runners}
     rng = random.Random(seed)
     for k in range(rounds):
@@ -85,13 +90,8 @@ def time_rounds(runners: dict, rounds: int, seed: int, say, settle_s: float = SE
         rng.shuffle(order)
         for name in order:
             time.sleep(settle_s)
-            n = batch[name]
-            if warm[name]:
-                warm_up(runners[name].call, warm_s)   # wakes what the pause put to sleep
-            t0 = time.perf_counter()
-            for _ in range(n):
-                out = runners[name].call()
-                del out
-            times[name].append((time.perf_counter() - t0) / n)
+            # the warm-up wakes what the pause put to sleep
+            times[name].append(per_call(runners[name], batch[name],
+                                        warm_s if warm[name] else None))
         say(f"round {k + 1}/{rounds}: " + "  ".join(f"{n} {fmt_s(times[n][-1])}" for n in order))
     return times, batch

@@ -35,6 +35,11 @@ def bench_cmd(workload: WorkloadArg = DEFAULT_WORKLOAD,
                                                    help="seconds the greedy plan's one run may "
                                                         "take (0: skip it)"),
               seed: int = typer.Option(1, help="seed of the inputs and of the round order"),
+              in_process: bool = typer.Option(False, "--peers-in-process",
+                                              help="build and run the peers in the bench's "
+                                                   "own process (by default each runs in a "
+                                                   "process of its own, driven round by "
+                                                   "round)"),
               every: bool = typer.Option(False, "--all",
                                          help="every built-in at its default dims, or every "
                                               "*.toml in the folder given as the workload "
@@ -48,7 +53,8 @@ def bench_cmd(workload: WorkloadArg = DEFAULT_WORKLOAD,
                                                "the equations, eager and torch.compile (--dims "
                                                "may list N: N=384,702)")):
     """Time the cached best plan against the named plans, JAX/XLA, PyTorch, torch.compile and
-    IREE on the same inputs, in one process (interleaved rounds, medians)."""
+    IREE on the same inputs, in one run (interleaved rounds, medians; each peer in a process
+    of its own unless --peers-in-process)."""
     import shlex
     import sys
 
@@ -64,7 +70,7 @@ def bench_cmd(workload: WorkloadArg = DEFAULT_WORKLOAD,
                        "the workload, at its default dims: give no --dims, no --module and "
                        "no single workload with it")
     opts = _Options(device, peers, rounds, search_budget or (ALL_BUDGET if every else None),
-                    db, out, greedy, seed, command)
+                    db, out, greedy, seed, command, not in_process)
     if every:
         return _bench_all(opts, plot, _all_workloads(workload))
     if module:
@@ -85,12 +91,14 @@ class _Options:
     greedy_timeout: Optional[float]
     seed: int
     command: str
+    isolate_peers: bool = True
 
 
 def _bench_one(w, o: _Options):
     from autotune.bench.run import run_bench
     return run_bench(w, o.device, o.peers, o.rounds, o.db, o.search_budget, o.greedy_timeout,
-                     o.seed, o.out, o.command, log=lambda s: typer.echo(s, err=True))
+                     o.seed, o.out, o.command, log=lambda s: typer.echo(s, err=True),
+                     isolate_peers=o.isolate_peers)
 
 
 def _show(result, fmt: str, plot: Optional[str], json_later: bool = False) -> None:

@@ -46,6 +46,7 @@ def test_run_bench_searches_times_and_saves(searched):
         assert c.median_s > 0 and c.min_s <= c.median_s and len(c.times_s) == 2
         assert c.rel_err <= res.rtol
     assert res.contender("jax").ratio_to_xla == pytest.approx(1.0)
+    assert res.contender("jax").detail["process"] == "own"     # built and timed in its own
     assert res.contender("best").ratio_to_xla == pytest.approx(
         res.contender("best").median_s / res.xla_median_s)
     for name in ("best", "unfused", "heuristic", "greedy"):
@@ -113,8 +114,9 @@ def test_wrong_and_failing_contenders_are_reported_not_timed(searched, monkeypat
     monkeypatch.setitem(bench_runners.PEER_BUILDERS, "jax", wrong)
     monkeypatch.setitem(bench_runners.PEER_BUILDERS, "torch", broken)
     monkeypatch.setitem(bench_runners.PEER_BUILDERS, "iree", missing)
+    # (the builders are replaced in this process: a peer's own process would not see them)
     res = run_bench(w, peers="jax,torch,iree", rounds=1, db=db, greedy_timeout_s=None,
-                    out_dir=None)
+                    out_dir=None, isolate_peers=False)
     j = res.contender("jax")
     assert j.status == "wrong" and j.median_s is None and j.times_s == ()
     assert "wrong result in 'out'" in j.error and j.rel_err == pytest.approx(1.0)
