@@ -2,12 +2,15 @@
 the bench, so that one framework's runtime (its thread pools, allocator, JIT caches) shares no
 process with another's or with our plans.
 
-Why: in one process the bench holds our OpenMP pool, OpenBLAS's, XLA's Eigen pool, torch's
-OpenMP and IREE's task system on the same cores.  On the 2-core development machine, trimul
+Why it is offered: in one process the bench holds our OpenMP pool, OpenBLAS's, XLA's Eigen
+pool, torch's OpenMP and IREE's task system on the same cores.  On a 2-core AVX2 host, trimul
 (N=702) benched with its peers in the same process gave the cached best plan bimodal rounds
-(1.58-1.79 s and 2.16-2.46 s) and medians 0.82-1.16x the heuristic plan over three runs; the
-same two plans timed in a process that held no peer ran 0.81x and 0.84x, the best ahead in
-every round.  A user runs one framework per program; the bench now does too.
+(1.58-1.79 s and 2.16-2.46 s) and medians 0.82-1.16x the heuristic plan over three runs, where
+the same two plans timed in a process that held no peer ran 0.81x and 0.84x.  Why it is not the
+default: on a 2-core AVX-512 host, two benches each way, alternated (jax, inductor, iree):
+best / heuristic 0.66x and 0.56x with the peers in processes of their own, 0.53x and 0.55x in
+one process; XLA's medians 3.9 and 4.7 s against 4.3 and 3.3 s: no difference beyond the
+run-to-run spread.  ``autotune bench --isolate-peers`` runs it this way.
 
 The rounds stay interleaved and paced by the bench (:func:`autotune.bench.timing.time_rounds`):
 each turn asks the peer's process for ``n`` calls after its warm-up and gets back the mean

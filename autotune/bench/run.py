@@ -1,4 +1,4 @@
-"""``autotune bench``: the tuned plan against the named plans and other frameworks, in one run.
+"""``autotune bench``: the tuned plan against the named plans and other frameworks, in one process.
 
     result = run_bench(load_workload("trimul_outgoing", {"N": 256}), peers=("jax", "iree"))
     print(format_table(result))
@@ -16,9 +16,8 @@ not timed:
   default precision), ``torch`` (eager), ``inductor`` (``torch.compile``) and ``iree`` (the JAX
   function lowered to StableHLO, compiled by ``iree.compiler`` for ``llvm-cpu`` or ``cuda``, run
   through ``iree.runtime``).  A peer whose framework is not installed is reported as skipped,
-  with the reason; it is never fatal.  Each peer is built and run in a process of its own,
-  driven round by round from this one (:mod:`autotune.bench.isolated` says why);
-  ``isolate_peers=False`` keeps them all in this process.
+  with the reason; it is never fatal.  ``isolate_peers=True`` builds and runs each peer in a
+  process of its own, driven round by round from this one (:mod:`autotune.bench.isolated`).
 
 Timing is in interleaved rounds: every round runs each contender once, in a shuffled order; the
 median and the minimum are reported, with ratios to XLA's median and to the floor
@@ -111,11 +110,11 @@ def run_bench(w: Workload, device: str = "cpu", peers=PEER_NAMES, rounds: int = 
               search_budget: int | None = None, greedy_timeout_s: float | None = 60.0,
               seed: int = 1, out_dir: str | os.PathLike | None = DEFAULT_OUT,
               command: str | None = None, log: Callable[[str], None] | None = None,
-              isolate_peers: bool = True) -> BenchResult:
+              isolate_peers: bool = False) -> BenchResult:
     """Benchmark ``w`` on ``device`` (see the module doc).  ``greedy_timeout_s=None`` skips the
     greedy plan; ``out_dir=None`` writes no JSON; ``log`` receives progress lines;
-    ``isolate_peers=False`` builds and runs the peers in this process instead of one process
-    each (:mod:`autotune.bench.isolated`)."""
+    ``isolate_peers=True`` builds and runs each peer in a process of its own
+    (:mod:`autotune.bench.isolated`)."""
     from costmodel import estimate
     from db.store import default_db_path
     from search_spaces.plans import named_plan

@@ -35,11 +35,10 @@ def bench_cmd(workload: WorkloadArg = DEFAULT_WORKLOAD,
                                                    help="seconds the greedy plan's one run may "
                                                         "take (0: skip it)"),
               seed: int = typer.Option(1, help="seed of the inputs and of the round order"),
-              in_process: bool = typer.Option(False, "--peers-in-process",
-                                              help="build and run the peers in the bench's "
-                                                   "own process (by default each runs in a "
-                                                   "process of its own, driven round by "
-                                                   "round)"),
+              isolate: bool = typer.Option(False, "--isolate-peers",
+                                           help="build and run each peer in a process of its "
+                                                "own, driven round by round (by default "
+                                                "they share the bench's process)"),
               every: bool = typer.Option(False, "--all",
                                          help="every built-in at its default dims, or every "
                                               "*.toml in the folder given as the workload "
@@ -53,8 +52,8 @@ def bench_cmd(workload: WorkloadArg = DEFAULT_WORKLOAD,
                                                "the equations, eager and torch.compile (--dims "
                                                "may list N: N=384,702)")):
     """Time the cached best plan against the named plans, JAX/XLA, PyTorch, torch.compile and
-    IREE on the same inputs, in one run (interleaved rounds, medians; each peer in a process
-    of its own unless --peers-in-process)."""
+    IREE on the same inputs, in one process (interleaved rounds, medians; --isolate-peers: each
+    peer in a process of its own)."""
     import shlex
     import sys
 
@@ -70,7 +69,7 @@ def bench_cmd(workload: WorkloadArg = DEFAULT_WORKLOAD,
                        "the workload, at its default dims: give no --dims, no --module and "
                        "no single workload with it")
     opts = _Options(device, peers, rounds, search_budget or (ALL_BUDGET if every else None),
-                    db, out, greedy, seed, command, not in_process)
+                    db, out, greedy, seed, command, isolate)
     if every:
         return _bench_all(opts, plot, _all_workloads(workload))
     if module:
@@ -91,7 +90,7 @@ class _Options:
     greedy_timeout: Optional[float]
     seed: int
     command: str
-    isolate_peers: bool = True
+    isolate_peers: bool = False
 
 
 def _bench_one(w, o: _Options):
