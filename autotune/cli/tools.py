@@ -28,9 +28,18 @@ def _cost_model_device(device: str):
     return spec
 
 
-def _cached_best(w, workload: str, device: str, db):
-    """The cached best plan of ``w`` for the run device ``device`` (cpu or cuda) in ``db``."""
-    cand, _ = _api().best_candidate(w, device, db)
+def _cached_best(w, workload: str, device: str, db, preset: str = ""):
+    """The cached best plan of ``w`` for the run device ``device`` (cpu or cuda) in ``db``;
+    ``preset``: the cost-model device the user named, for the error where no GPU is here."""
+    from autotune.environment import NoGPUError
+    try:
+        cand, _ = _api().best_candidate(w, device, db)
+    except NoGPUError as e:
+        # the plan cached for a GPU is keyed by that GPU, which must be here to be named
+        why = str(e).split(": ", 1)[-1].split("; use --device cpu")[0]
+        raise CliError(f"--plan best --device {preset}: the cached best plan for a GPU is "
+                       f"looked up by this machine's GPU, and there is {why}; `--device cpu` "
+                       f"explains the plan cached for this CPU") from None
     if cand is None:
         raise CliError(f"no cached plan for {w.name} on this {device} device; run "
                        f"`autotune search {workload} --device {device}` first")
@@ -63,7 +72,7 @@ def explain(workload: WorkloadArg = DEFAULT_WORKLOAD,
     w = load(workload, dims)
     space = SearchSpace(w)
     if plan == "best":
-        cand = _cached_best(w, workload, "cpu" if device == "cpu" else "cuda", db)
+        cand = _cached_best(w, workload, "cpu" if device == "cpu" else "cuda", db, device)
     else:
         cand = chained_plan(space) if plan == "chained" else named_plan(space, plan)
     est = costmodel.estimate(w, cand, spec)

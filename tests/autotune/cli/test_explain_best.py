@@ -40,3 +40,18 @@ def test_explain_best_without_a_cached_plan_is_one_line(tmp_path):
     assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1
     assert "no cached plan for trimul_outgoing" in r.output and "autotune search" in r.output
     assert not db.exists()
+
+
+def test_explain_best_for_a_gpu_preset_without_a_gpu_names_the_way_out(tmp_path, monkeypatch):
+    # the default --device is a GPU preset: its cached plan is keyed by the GPU that must be here
+    from autotune.environment import NoGPUError
+
+    def no_gpu():
+        raise NoGPUError("--device cuda: no NVIDIA GPU usable here (CuPy found no device); "
+                         "use --device cpu")
+    monkeypatch.setattr("autotune.environment.detect_cuda", no_gpu)
+    r = runner.invoke(app, ["explain", "trimul_outgoing", "--dims", DIMS, "--plan", "best",
+                            "--db", str(tmp_path / "none.sqlite")])
+    assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1
+    assert "--plan best --device h200" in r.output and "CuPy found no device" in r.output
+    assert "`--device cpu`" in r.output
