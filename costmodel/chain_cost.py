@@ -15,6 +15,7 @@ from search_spaces.chain import WALKED, Chain
 from search_spaces.chain_mask import masks_of, skipped_fraction
 from search_spaces.chain_walk import walk_innermost, walks_strided
 from search_spaces.footprint import tile_dealing, tile_sizes
+from search_spaces.serial import loop_group_serial
 
 from .devices import DeviceSpec
 from .estimate import FusedProducer, GroupCost
@@ -114,12 +115,16 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
     compute_s += rescale * (3 + acc + dev.functions.weight("exp", dev.transcendental_flops)) \
         / dev.loop_flops
     waves = math.ceil(n_tiles / dev.parallel_units)
-    compute_s /= n_tiles / (waves * dev.parallel_units)
+    occupancy = n_tiles / (waves * dev.parallel_units)
+    serial = dev.kind == "cpu" and loop_group_serial(w, chain.members)
+    if serial:          # too small to share: one core does it all (search_spaces.serial)
+        occupancy = 1.0 / dev.parallel_units
+    compute_s /= occupancy
     _, chunk = tile_dealing(anchor.out_shape, tuple(eff), tuple(layout_of(chain.anchor)), item)
     overhead_s = tile_overhead_s(dev, n_tiles, chunk, len(chain.members))
-    memory_s = moved / dev.bandwidth
+    memory_s = moved / (dev.bandwidth * (occupancy if serial else 1.0))
     bound = "compute" if compute_s + overhead_s >= memory_s else "memory"
-    t = max(compute_s + overhead_s, memory_s) + loop_launch_s(dev)
+    t = max(compute_s + overhead_s, memory_s) + loop_launch_s(dev, serial)
     return GroupCost(ops=chain.members, anchor=chain.anchor, impl="loop", tiles=tuple(eff),
                      predicted_s=t, flops=flops, recomputed_flops=recomputed,
                      transcendentals=trans, bytes=moved, unique_bytes=unique, launches=1,

@@ -24,6 +24,7 @@ from search_spaces.gemm import as_matrix_view, gemm_form, group_size, operand_gr
 from search_spaces.ir import accesses
 from search_spaces.kernel import OUTER_A, SPLIT_BATCH, KernelParams, pair_params
 from search_spaces.partition import Group
+from search_spaces.serial import kernel_serial
 
 from .devices import DeviceSpec
 from .estimate import FusedProducer, GroupCost
@@ -115,16 +116,19 @@ def kernel_flags(p: KernelParams | None, item: int, kk: int, c_bytes: float,
 
 
 def kernel_threads(b: int, m: int, n: int, kk: int, p: KernelParams | None,
-                   dev: DeviceSpec) -> tuple[float, int]:
+                   dev: DeviceSpec, item: int = 4) -> tuple[float, int]:
     """(share of the cores kept busy, barriers between them) for a ``b`` x (m x n x kk) product.
     Split "batch" (with more than one item) gives each thread whole items, no barrier; split
     "m" shares each item's row blocks between all threads (and, where they are fewer than the
     threads, column chunks of each), with a barrier after each NC x KC block's B packing and
     after its blocks of C where B is packed, none where it is read in place
-    (gemm_driver.item_shared)."""
+    (gemm_driver.item_shared).  A product too small to share runs on one thread
+    (search_spaces.serial)."""
     cores = max(dev.parallel_units, 1)
     if p is None:
         return 1.0, 0
+    if dev.kind == "cpu" and kernel_serial(b, m, n, kk, item):
+        return 1.0 / cores, 0
     if p.split == SPLIT_BATCH and b > 1:
         return b / (math.ceil(b / cores) * cores), 0
     rows = math.ceil(math.ceil(m / cores) / p.mr) * p.mr
@@ -147,7 +151,7 @@ def kernel_compute_s(b: int, m: int, n: int, kk: int, p: KernelParams | None, it
     barriers."""
     flops = 2.0 * b * m * n * kk
     mr, nr = (p.mr, p.nr) if p is not None else (1, 1)
-    occ, barriers = kernel_threads(b, m, n, kk, p, dev)
+    occ, barriers = kernel_threads(b, m, n, kk, p, dev, item)
     eff = tile_use(m, mr) * tile_use(n, nr) * min(1.0, kk / SMALL_GEMM) ** 0.5 * occ
     factor = math.prod(getattr(dev.kernel, name)
                        for name, on in kernel_flags(p, item, kk, c_bytes, dev).items() if on)
@@ -180,7 +184,8 @@ def plain_kernel_parts(b: int, m: int, n: int, kk: int, p: KernelParams, item: i
     a, bb, c = (float(b * x * y * item) for x, y in ((m, kk), (kk, n), (m, n)))
     moved = a * math.ceil(n / p.nc) + bb + c * c_passes(c, kk, p.kc, dev)
     compute = kernel_compute_s(b, m, n, kk, p, item, c, dev)
-    return compute, moved / dev.bandwidth + kernel_launch_s(dev)
+    serial = dev.kind == "cpu" and kernel_serial(b, m, n, kk, item)
+    return compute, moved / dev.bandwidth + kernel_launch_s(dev, serial)
 
 
 def plain_kernel_s(b: int, m: int, n: int, kk: int, p: KernelParams, item: int,
@@ -246,7 +251,8 @@ def kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev: Dev
     # maximum of the two (every workload under-priced, +0.72 signed) and 0.44 with the sum
     # (+0.21).  At the K=128 projections C is written once per 128 multiply-adds per element
     # and its lines are fetched for ownership; the micro-kernel's prefetch does not hide that.
-    total = compute + memory + kernel_launch_s(dev) + copy_bytes / dev.bandwidth
+    serial = dev.kind == "cpu" and kernel_serial(b_, m, n, kk, item)
+    total = compute + memory + kernel_launch_s(dev, serial) + copy_bytes / dev.bandwidth
     return GroupCost(ops=tuple(g.members), anchor=g.anchor, impl=IMPL_KERNEL, tiles=(),
                      predicted_s=total, flops=flops + fused_flops, recomputed_flops=0.0,
                      transcendentals=trans, bytes=bytes_ + copy_bytes, unique_bytes=unique,

@@ -20,6 +20,7 @@ from search_spaces.gemm import (as_matrix_view, broadcast_form, gemm_form, group
 from search_spaces.inlining import inlined_members
 from search_spaces.partition import Group, groups, materialized
 from search_spaces.rewrite import rewritten
+from search_spaces.serial import loop_group_serial
 from search_spaces.workload import Workload
 
 from .chain_cost import chain_buffer_elems, chain_group
@@ -278,6 +279,9 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
     # tiles than units is the extreme case).
     waves = math.ceil(n_tiles / dev.parallel_units)
     occupancy = n_tiles / (waves * dev.parallel_units)
+    serial = dev.kind == "cpu" and loop_group_serial(w, g.members)
+    if serial:          # too small to share: one core does it all (search_spaces.serial)
+        occupancy = 1.0 / dev.parallel_units
     compute_s /= occupancy
     # the dealing of tiles (per chunk) and each member's set-up per tile: what sinks
     # per-element fusion
@@ -290,7 +294,7 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
     memory_s = moved / (dev.bandwidth * occupancy)
     bound = "compute" if compute_s + overhead_s >= memory_s else "memory"
     # spilled buffers stall the arithmetic that uses them: paid on top, not overlapped
-    t = max(compute_s + overhead_s, memory_s) + spill / dev.bandwidth + loop_launch_s(dev)
+    t = max(compute_s + overhead_s, memory_s) + spill / dev.bandwidth + loop_launch_s(dev, serial)
     moved += spill
     return GroupCost(ops=tuple(m.op for m in plans), anchor=g.anchor, impl="loop",
                      tiles=tuple(eff_tiles), predicted_s=t, flops=flops,

@@ -107,17 +107,19 @@ def transcendental_weight(e: Expr, dev: DeviceSpec) -> float:
     return own
 
 
-def loop_launch_s(dev: DeviceSpec) -> float:
+def loop_launch_s(dev: DeviceSpec, serial: bool = False) -> float:
     """Fixed cost of a generated loop group: the call (kernel launch, or the call from Python
     into the compiled group) plus, on the CPU, its parallel region's start and the wake-up of
-    each thread beyond the first."""
-    return dev.launch_s + dev.region_s + dev.thread_start_s * max(dev.parallel_units - 1, 0)
+    each thread beyond the first (none for a group run on the calling thread:
+    search_spaces.serial)."""
+    woken = 0 if serial else max(dev.parallel_units - 1, 0)
+    return dev.launch_s + dev.region_s + dev.thread_start_s * woken
 
 
-def kernel_launch_s(dev: DeviceSpec) -> float:
+def kernel_launch_s(dev: DeviceSpec, serial: bool = False) -> float:
     """Fixed cost of a generated-kernel group: a loop group's, plus the host-side set-up of
     its call (``dev.kernel_call_s``)."""
-    return loop_launch_s(dev) + dev.kernel_call_s
+    return loop_launch_s(dev, serial) + dev.kernel_call_s
 
 
 def library_launch_s(dev: DeviceSpec) -> float:

@@ -16,7 +16,9 @@ from costmodel.rates import (BATCHED_SMALL, SKINNY_K, SKINNY_MN, gemm_efficiency
 from search_spaces import load_workload
 from search_spaces.loader import builtin_names
 from search_spaces.candidate import IMPL_LIBRARY, GroupSchedule, make_candidate
+from search_spaces.partition import groups
 from search_spaces.plans import named_plan
+from search_spaces.serial import loop_group_serial
 from search_spaces.space import SearchSpace
 from tests.support.workloads import workload
 
@@ -171,8 +173,10 @@ def test_equal_function_weights_count_what_count_flops_counts(name):
 
 
 def test_region_and_thread_start_are_charged_per_loop_group_and_library_calls_apart():
-    w = load_workload("gated_mlp", {"T": 16, "C": 8, "F": 16})
+    # (dims past search_spaces.serial's bounds: a group run on the calling thread wakes none)
+    w = load_workload("gated_mlp", {"T": 128, "C": 64, "F": 64})
     cand = named_plan(SearchSpace(w), "unfused")
+    assert not any(loop_group_serial(w, g.members) for g in groups(w, cand.fused_pairs))
     est = costmodel.estimate(w, cand, NEUTRAL)
     loops = sum(g.impl != IMPL_LIBRARY for g in est.groups)
     libs = len(est.groups) - loops

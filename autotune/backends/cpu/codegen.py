@@ -21,6 +21,7 @@ from search_spaces.partition import groups, materialized
 from search_spaces.footprint import accumulates_in_tile, strides, tile_dealing
 from search_spaces.inlining import inlined_members
 from search_spaces.ir import Access
+from search_spaces.serial import loop_group_serial
 from search_spaces.workload import Workload
 
 from autotune.backends.buffers import ALIGN
@@ -219,7 +220,9 @@ class _Emitter(LoopEmitter):
             const = "const " if t in reads else ""
             head.append(f"  {const}{ct} *restrict G_{t} = ({const}{ct} *)args[{k}];")
         nd = len(self.anchor.parallel)
-        head.append("  #pragma omp parallel")
+        # a group too small to share runs on the calling thread (search_spaces.serial)
+        serial = " if(0)" if loop_group_serial(self.w, g.members) else ""
+        head.append(f"  #pragma omp parallel{serial}")
         head.append("  {")
         locals_ = self.tile_buffers()
         # tile buffers on a cache line, whole lines long: malloc's 16-byte alignment splits

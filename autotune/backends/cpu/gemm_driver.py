@@ -5,6 +5,7 @@ threads and their packing buffers, the entry point :data:`ENTRY`, and the assemb
 from __future__ import annotations
 
 from search_spaces.kernel import SPLIT_BATCH
+from search_spaces.serial import c_condition
 
 from autotune.backends.cpu.codegen import PRELUDE
 from autotune.backends.cpu.gemm_kernel import (STORE_COLS, KernelSpec, half_at, macro_source,
@@ -84,6 +85,7 @@ def _entry(s: KernelSpec) -> str:
     moves = " ".join(f"y.{a} += b * x->{a}_b;" for a in s.args)
     batch = "1" if s.params.split == SPLIT_BATCH else "0"
     pair_out = f"g_pair_out = d[{13 + 3 * len(s.args)}];" if s.pair else ""
+    serial = c_condition("sizeof(T)", "nb", "M", "N", "K")
     return f"""
 static __thread T *t_a, *t_b, *t_ea, *t_eb;
 static __thread long t_acap, t_bcap, t_eacap, t_ebcap;
@@ -115,6 +117,8 @@ void {ENTRY}(const T *A, const T *B, T *C, const long *d, double alpha_,
   {roles}
   if (nb <= 0 || M <= 0 || N <= 0) return;
   T alpha = (T)alpha_;
+  /* a product too small to share runs on this thread (search_spaces.serial) */
+  int par = !{serial};
   /* an A with neither axis unit-stride is packed whatever the parameters say: the unpacked
      micro-kernel re-reads its MR x KC panel once per NR columns, a gather over MR * KC lines
      that a small set of cache sets holds (trimul's b[j,k,c] as (c, k, j), 702 x 702 x 128:
@@ -126,7 +130,7 @@ void {ENTRY}(const T *A, const T *B, T *C, const long *d, double alpha_,
   /* a C written in one K slice is streamed past the caches (no read for ownership) */
   int wr = {int(s.params.stream)} && (K <= KC) ? 2 : 1;
   if ({batch} && nb > 1) {{
-    #pragma omp parallel for schedule(dynamic, 1)
+    #pragma omp parallel for schedule(dynamic, 1) if(par)
     for (long b = 0; b < nb; b++) {{
       T *ab = pa ? grow(&t_a, &t_acap, MC * kcx) : 0, *bb = pb ? grow(&t_b, &t_bcap, kcx * ncx) : 0;
       T *ea = grow(&t_ea, &t_eacap, MR * kcx), *eb = grow(&t_eb, &t_ebcap, NR * kcx);
@@ -145,7 +149,7 @@ void {ENTRY}(const T *A, const T *B, T *C, const long *d, double alpha_,
      idle) also cut each block's columns, in whole micro-panels, into as many chunks */
   long rblk = (M + mcx - 1) / mcx, nq = rblk < nt ? (nt + rblk - 1) / rblk : 1;
   T *bb = pb ? grow(&g_b, &g_bcap, kcx * ncx) : 0;
-  #pragma omp parallel
+  #pragma omp parallel if(par)
   {{
     T *ab = pa ? grow(&t_a, &t_acap, mcx * kcx) : 0;
     T *ea = grow(&t_ea, &t_eacap, MR * kcx), *eb = grow(&t_eb, &t_ebcap, NR * kcx);
