@@ -93,3 +93,10 @@ def test_serial_plans_compute_the_reference(tmp_path):
             inputs = w.random_inputs(seed=seed)
             err, why = verify(plan(**inputs), reference(w, inputs), w.rtol)
             assert why == "", (cand.name, why)
+
+
+def test_the_calibrations_call_probes_run_serial():
+    # autotune calibrate's launch_s is a probe group's call less its region: one thread's
+    # region where the probe's 2 x 2 groups run alone (autotune.backends.cpu.calibration_terms)
+    from autotune.backends.cpu.host_probes import calls_run_serial
+    assert calls_run_serial()

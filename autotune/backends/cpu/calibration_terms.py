@@ -108,6 +108,7 @@ def measure(gemm_n: int, copy_mb: float, repeats: int, cache_dir: Path,
                         "launch_s")
     if loop_call is not None:
         ev["loop_group_call_s"] = loop_call
+        ev["group_calls_serial"] = host_probes.calls_run_serial()
     ev["library_group_call_s"] = host_probes.group_call_s(True, cache_dir, repeats)
     kernel_call = _errors(lambda: host_probes.group_call_s(True, cache_dir, repeats,
                                                            kernel=True), errors, "kernel_call_s")
@@ -162,8 +163,11 @@ def terms(ev: dict, cores: int) -> dict:
     if "function_s" in ev:
         out["functions"] = {fn: max(1.0, s * loop_flops) for fn, s in ev["function_s"].items()
                             if fn != "ref"}
+    # the probes' 2 x 2 groups run on the calling thread (search_spaces.serial; evidence from
+    # before that rule has no flag): their region wakes no other thread
+    opened = ev.get("region_s", 0.0) if ev.get("group_calls_serial") else region
     if "loop_group_call_s" in ev:
-        out["launch_s"] = max(ev["loop_group_call_s"] - region, MIN_LAUNCH_S)
+        out["launch_s"] = max(ev["loop_group_call_s"] - opened, MIN_LAUNCH_S)
     out["library_call_s"] = max(ev["library_group_call_s"]
                                 - out.get("launch_s", CPU_DEFAULT.launch_s), 0.0)
     if "kernel_group_call_s" in ev:
@@ -172,7 +176,7 @@ def terms(ev: dict, cores: int) -> dict:
         # the same arrays on every call, as a search's timed runs do, so a kernel group's
         # kept arguments (kernel_group.KernelGroup._remember) serve it
         out["kernel_call_s"] = max(ev["kernel_group_call_s"] - ev.get(
-            "loop_group_call_s", CPU_DEFAULT.launch_s + region), 0.0)
+            "loop_group_call_s", CPU_DEFAULT.launch_s + opened), 0.0)
     if ev.get("kernel_samples"):
         # the kernel's terms are fitted against the model with this machine's other terms
         known = {k: out[k] for k in ("gemm_flops", "f32_flops", "bandwidth", "parallel_units",

@@ -13,7 +13,9 @@ import numpy as np
 from costmodel.rates import BATCHED_SMALL, SKINNY_K, SKINNY_MN
 from search_spaces import parse_workload
 from search_spaces.candidate import IMPL_KERNEL
+from search_spaces.partition import groups
 from search_spaces.plans import named_plan
+from search_spaces.serial import loop_group_serial
 from search_spaces.space import SearchSpace, TileBounds
 
 from autotune.backends.buffers import aligned_empty
@@ -82,6 +84,14 @@ def _calls(w, cache_dir: Path, kernel: bool = False):
         for _ in range(CALLS):
             plan(**inputs)
     return run
+
+
+def calls_run_serial(ops: int = 4) -> bool:
+    """Whether the loop groups :func:`group_call_s` times run on the calling thread
+    (search_spaces.serial: 2 x 2 matrices do), so that their region wakes no other thread."""
+    w = _chain(f"calib_loop_{ops}", ops, False)
+    cand = named_plan(SearchSpace(w), "unfused")
+    return all(loop_group_serial(w, g.members) for g in groups(w, cand.fused_pairs))
 
 
 def group_call_s(contraction: bool, cache_dir: Path, repeats: int, ops: int = 4,

@@ -110,6 +110,11 @@ def test_terms_from_the_raw_measurements():
     # a loop group's call is its launch plus its region on 3 threads
     assert t["launch_s"] == pytest.approx(20e-6 - 1e-6 - 2 * 4e-6)
     assert t["library_call_s"] == pytest.approx(50e-6 - t["launch_s"])
+    # ... or on the calling thread alone, where the probe's groups are too small to share
+    # (search_spaces.serial), as they are now
+    alone = terms({**ev, "group_calls_serial": True}, cores=3)
+    assert alone["launch_s"] == pytest.approx(20e-6 - 1e-6)
+    assert alone["kernel_call_s"] == pytest.approx(60e-6)
     # a kernel group's call beyond a loop group's
     assert t["kernel_call_s"] == pytest.approx(60e-6)
     assert t["tile_overhead_s"] == 2e-8
