@@ -98,6 +98,11 @@ class LoopEmitter:
         maps the op's domain names to source variables."""
         if not self.local(tensor):
             return self.global_offset(tensor, idx, var)
+        return self.tile_offset(tensor, idx, var)
+
+    def tile_offset(self, tensor: str, idx: tuple[str, ...], var: dict[str, str]) -> str:
+        """The element offset of ``tensor[idx]`` in a buffer shaped as its footprint in a
+        tile (:meth:`buf_shape`, row-major), whether or not the tensor is local."""
         fp = self.fps[tensor]
         st = strides(self.buf_shape(tensor), tuple(range(len(fp))))
         terms = [f"{self.local_index(var[i], f'b{fp[m][1]}' if fp[m][0] == 'tile' else None)}"

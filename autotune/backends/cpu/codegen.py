@@ -68,6 +68,14 @@ PRIVATE_ALIGN = 16
 PRIVATE_ELEMS = 16384
 
 
+def _lane_reduction(combiner: str) -> tuple[str, str]:
+    """(the statement folding ``_v`` into ``acc``, the OpenMP reduction operator) of a sum or
+    max reduction."""
+    if combiner == "sum":
+        return "acc += _v;", "+"
+    return "acc = _v > acc ? _v : acc;", "max"
+
+
 class _Emitter(LoopEmitter):
     FUNCTIONS = C_FUNCTIONS
 
@@ -168,8 +176,7 @@ class _Emitter(LoopEmitter):
         elif red_inner and self.private_width(mp):
             self._private_reduction(mp, op, rng, var, body_expr, target, off)
         elif red_inner:
-            comb = "acc += _v;" if op.combiner == "sum" else "acc = _v > acc ? _v : acc;"
-            red = "+" if op.combiner == "sum" else "max"
+            comb, red = _lane_reduction(op.combiner)
             outer = order[:-1]
             first = [i for i in op.reduction if i not in outer]
             # reductions outside the innermost loop accumulate into the target across passes
@@ -225,10 +232,7 @@ class _Emitter(LoopEmitter):
         """:meth:`private_width`'s rows: set, updated element by element in the member's loop
         order (the innermost now a plain vector loop), then each reduced into its output."""
         inner, width = mp.order[-1], self.private_width(mp)
-        fp = self.fps[mp.op]
-        st = strides(self.buf_shape(mp.op), tuple(range(len(fp))))
-        row = " + ".join(f"{self.local_index(var[i], f'b{fp[m][1]}' if fp[m][0] == 'tile' else None)}"
-                         f"*{self.n(st[m])}" for m, i in enumerate(op.parallel)) or "0"
+        row = self.tile_offset(mp.op, op.parallel, var)
         p = f"P_{mp.op}[({row}) * {self.n(width)} + {var[inner]}]"
         init = "0" if op.combiner == "sum" else "-INFINITY"
         self._nest(list(op.parallel) + [inner], rng, var, f"{p} = {init};", simd=True)
@@ -236,8 +240,7 @@ class _Emitter(LoopEmitter):
         upd = (f"{p} += {body_expr};" if op.combiner == "sum" else
                f"{{ {ct} _v = {body_expr}, _o = {p}; {p} = _v > _o ? _v : _o; }}")
         self._nest(list(mp.order), rng, var, upd, simd=True)
-        comb = "acc += _v;" if op.combiner == "sum" else "acc = _v > acc ? _v : acc;"
-        red = "+" if op.combiner == "sum" else "max"
+        comb, red = _lane_reduction(op.combiner)
         fin = (f"{{ {ct} acc = {init};\n"
                f"      #pragma omp simd reduction({red}:acc)\n"
                f"      {self.loop_head(var[inner], *rng[inner])} {{ {ct} _v = {p}; {comb} }}\n"
