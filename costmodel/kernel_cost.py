@@ -10,9 +10,10 @@ each tensor it reads (a prologue's per packing pass of its operand); C is then t
 result and A (or B) the prologue's main input, and the fused intermediate is never stored or
 loaded again: that saving is the difference from the unfused plan.  A pair (two contractions
 over a shared operand under one epilogue) is one kernel over twice the paired extent (padded to
-whole tile halves), its whole K in one slice; it reads both non-shared operands, which the
-executor first interleaves (a copy of them, priced as a read and a write), and stores only the
-epilogue's result.  docs/costmodel.md gives the reasons.
+whole tile halves), its whole K in one slice; it reads both non-shared operands (the packing
+routine interleaves them into its micro-panels) and stores only the epilogue's result.  A
+packed B costs one more pass over it (:func:`packed_b_bytes`).  docs/costmodel.md gives the
+reasons.
 """
 from __future__ import annotations
 
@@ -71,19 +72,10 @@ def kernel_operands(w, fused, anchor: str, layout_of, item: int):
         rows += _others(w, epi.consumer, lambda a: a.tensor in (p, parts.pair), to_p, go, ext,
                         "e", size(go), layout_of, item)
     if parts.pair:
-        # the second's non-shared operand, read with the first's (interleaved beforehand)
+        # the second's non-shared operand, read with the first's (interleaved as packed)
         _, other, role = pair_operands(w, parts.epilogue)
         rows.append((other.tensor, math.prod(w.shapes[other.tensor]) * item, role, 0.0))
     return parts, rows
-
-
-def pair_copy_bytes(w, parts, item: int) -> float:
-    """Bytes the executor's interleaving of a pair's two non-shared operands moves (both read,
-    the interleaved one written)."""
-    if not parts.pair:
-        return 0.0
-    first, second, _ = pair_operands(w, parts.epilogue)
-    return 2.0 * sum(math.prod(w.shapes[x.tensor]) * item for x in (first, second))
 
 
 def _row(w, tensor, idx, grp, role, layout_of, item):
@@ -178,11 +170,25 @@ def c_passes(c_bytes: float, kk: int, kc: int, dev: DeviceSpec) -> int:
     return 2 * max(1, math.ceil(kk / kc)) - 1
 
 
+def packed_b_bytes(b: int, kk: int, n: int, item: int, packed: bool) -> float:
+    """Bytes of the packed copy of the kernel's B (``b`` items of ``kk`` x ``n``, none when it
+    is read in place), priced as one more pass over B beside the micro-kernels' own reading.
+    Why only B: its packed block (KC x NC, sized to the shared cache) is written by all threads
+    and read back from there by every row block, where A's (MC x KC, sized to half a core's L2)
+    never leaves the core.  Measured on the 2-core AVX-512 host (bench/gemm_kernel.py, one
+    process, interleaved rounds): a decoding step's 4 x 3072 x 768 product ran 351 us with B
+    packed against 186 us in place (4 x 768 x 3072: 218 against 133), where one pass over B at
+    the calibrated bandwidth is 154 us (38); at 65536 x 640 x 128 and 512 x 1024 x 256 packing A
+    or not changed nothing (417 / 421 and 398 / 400 GFLOP/s), packing B gained up to 5 %."""
+    return float(b * kk * n * item) if packed else 0.0
+
+
 def plain_kernel_parts(b: int, m: int, n: int, kk: int, p: KernelParams, item: int,
                        dev: DeviceSpec) -> tuple[float, float]:
     """(arithmetic, the rest: traffic and launch) of :func:`plain_kernel_s`."""
     a, bb, c = (float(b * x * y * item) for x, y in ((m, kk), (kk, n), (m, n)))
-    moved = a * math.ceil(n / p.nc) + bb + c * c_passes(c, kk, p.kc, dev)
+    moved = a * math.ceil(n / p.nc) + bb + c * c_passes(c, kk, p.kc, dev) \
+        + packed_b_bytes(b, kk, n, item, p.pack_b)
     compute = kernel_compute_s(b, m, n, kk, p, item, c, dev)
     serial = dev.kind == "cpu" and kernel_serial(b, m, n, kk, item)
     return compute, moved / dev.bandwidth + kernel_launch_s(dev, serial)
@@ -218,11 +224,13 @@ def kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev: Dev
     nc, kc = (k.nc, k.kc) if k is not None else (max(n, 1), max(kk, 1))
     c_bytes = sum(nbytes for _, nbytes, role, _ in rows if role == "c")
     passes = {"a": math.ceil(n / nc), "b": 1, "c": c_passes(c_bytes, kk, kc, dev), "e": 1}
-    bytes_ = sum(nbytes * passes[role] for _, nbytes, role, _ in rows)
+    # B is packed where the parameters say so, under a prologue, and in a pair (pair_params)
+    packed_b = k is None or k.pack_b or parts.prologue_b is not None or bool(parts.pair)
+    bytes_ = sum(nbytes * passes[role] for _, nbytes, role, _ in rows) \
+        + packed_b_bytes(b_, kk, n, item, packed_b)
     unique = sum(nbytes for _, nbytes, _, _ in rows)
     # a copy reads and writes each byte with one side strided
-    copy_bytes = sum(2 * copied * dev.access.transpose_copy for *_, copied in rows) \
-        + pair_copy_bytes(w, parts, item)
+    copy_bytes = sum(2 * copied * dev.access.transpose_copy for *_, copied in rows)
     compute = kernel_compute_s(b_, m, n, kk, k, item, c_bytes, dev)
     # the fused ops' arithmetic: an epilogue once per element of C at the loop rate (applied
     # to the register tile's vectors), a prologue once per element of its operand and packing
@@ -262,7 +270,6 @@ def kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev: Dev
 
 
 def kernel_copy_bytes(w, fused, anchor: str, layout_of, item: int) -> int:
-    """Bytes of the copies the executor makes around the kernel group (peak memory): a
-    pair's interleaved operands among them."""
-    parts, rows = kernel_operands(w, fused, anchor, layout_of, item)
-    return int(sum(copied for *_, copied in rows) + pair_copy_bytes(w, parts, item) / 2)
+    """Bytes of the copies the executor makes around the kernel group (peak memory)."""
+    _, rows = kernel_operands(w, fused, anchor, layout_of, item)
+    return int(sum(copied for *_, copied in rows))

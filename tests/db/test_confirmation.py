@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 
 from db import PlanDB, check_file
-from db.records import Status, TrialOutcome as T, confirmation_study, is_confirmation
+from db.records import TrialOutcome as T, confirmation_study, is_confirmation
 
 from tests.db.test_db import C, OK, FAILED, key
 

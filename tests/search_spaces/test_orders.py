@@ -15,7 +15,7 @@ import costmodel
 from autotune.reference import reference
 from search_spaces import builtin_names, load_workload, parse_workload
 from search_spaces.candidate import Candidate
-from search_spaces.orders import ORDER_CHOICES, choices_for, describe, order_choices, product_of
+from search_spaces.orders import ORDER_CHOICES, choices_for, describe, product_of
 from search_spaces.plans import NAMED_PLANS, named_plan
 from search_spaces.rewrite import rewrite, rewritten
 from search_spaces.space import SPACE_VERSION, UNSPLIT, SearchSpace

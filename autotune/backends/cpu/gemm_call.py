@@ -47,19 +47,21 @@ class GemmKernel:
         self._dims: dict[tuple, ctypes.Array] = {}    # checked shapes and strides -> d
 
     def __call__(self, a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: float = 1.0,
-                 extra: tuple[np.ndarray, ...] = ()) -> None:
-        """For a pair (``spec.pair``), ``a`` or ``b`` is the two contractions' other operands
-        interleaved along the paired axis (:func:`interleave`), and ``c`` has half its extent
-        there (less the padding)."""
-        self.call_with(self.arguments(a, b, c, alpha, extra))
+                 extra: tuple[np.ndarray, ...] = (), second: np.ndarray | None = None) -> None:
+        """For a pair (``spec.pair``), ``second`` is the second contraction's operand on the
+        paired axis (the same shape as the first's, ``a`` or ``b``: :func:`pair_axis`), which
+        the kernel's packing interleaves with the first's."""
+        self.call_with(self.arguments(a, b, c, alpha, extra, second))
 
     def arguments(self, a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: float = 1.0,
-                  extra: tuple[np.ndarray, ...] = ()) -> tuple:
+                  extra: tuple[np.ndarray, ...] = (), second: np.ndarray | None = None
+                  ) -> tuple:
         """The C call's arguments for these arrays (checked; ValueError where the kernel cannot
         take them): :meth:`call_with` runs the kernel on them again while the arrays live."""
+        tail = () if second is None else (second,)
         key = (a.dtype, a.shape, a.strides, b.dtype, b.shape, b.strides, c.dtype, c.shape,
                c.strides, c.flags.writeable,
-               tuple((x.dtype, x.shape, x.strides) for x in extra))
+               tuple((x.dtype, x.shape, x.strides) for x in extra + tail))
         dims = self._dims.get(key)
         if dims is None:
             # checked and built once per set of shapes and strides: both took ~25 us a call,
@@ -67,8 +69,9 @@ class GemmKernel:
             # in C, 33 us through here)
             if len(self._dims) >= 64:
                 self._dims.clear()
-            dims = self._dims[key] = self._checked_dims(a, b, c, extra)
-        xs = (ctypes.c_void_p * max(1, len(extra)))(*[x.ctypes.data for x in extra])
+            dims = self._dims[key] = self._checked_dims(a, b, c, extra, second)
+        ptrs = [x.ctypes.data for x in extra + tail]
+        xs = (ctypes.c_void_p * max(1, len(ptrs)))(*ptrs)
         return (a.ctypes.data, b.ctypes.data, c.ctypes.data, dims, float(alpha), xs)
 
     def call_with(self, args: tuple) -> None:
@@ -77,25 +80,30 @@ class GemmKernel:
         self._fn(*args)
 
     def _checked_dims(self, a: np.ndarray, b: np.ndarray, c: np.ndarray,
-                      extra: tuple[np.ndarray, ...]):
+                      extra: tuple[np.ndarray, ...], second: np.ndarray | None):
         """The kernel's ``d`` argument for arrays of these shapes and strides (ValueError when
         the kernel cannot take them)."""
         it = self.dtype.itemsize
-        for name, arr in (("a", a), ("b", b), ("c", c)):
+        along = pair_axis(self.spec)          # "m", "n" or "" (no pair)
+        if bool(along) != (second is not None):
+            raise ValueError("a pair's kernel needs the second contraction's operand (second=)"
+                             if along else "only a pair's kernel takes a second operand")
+        named = (("a", a), ("b", b), ("c", c)) + ((("second", second),) if along else ())
+        for name, arr in named:
             if arr.dtype != self.dtype or arr.ndim != 3:
                 raise ValueError(f"{name}: expected a 3-d {self.dtype} array, got "
                                  f"{arr.ndim}-d {arr.dtype}")
             if any(s % it for s in arr.strides):
                 raise ValueError(f"{name}: strides {arr.strides} are not whole elements")
         nb, m, k = a.shape
-        along = pair_axis(self.spec)          # "m", "n" or "" (no pair)
-        h = pair_half(self.spec)
-        # the kernel's extents: C's, or along a pair's axis twice C's rounded up to blocks of h
-        kern = [-(-e // h) * 2 * h if along == ax else e for ax, e in zip("mn", c.shape[1:])]
-        if b.shape[1] != k or [m, b.shape[2]] != kern \
+        if b.shape[1] != k or [m, b.shape[2]] != list(c.shape[1:]) \
                 or b.shape[0] not in (nb, 1) or a.shape[0] != c.shape[0]:
-            raise ValueError(f"shapes {a.shape} @ {b.shape} -> {c.shape} do not match"
-                             + (f" (a pair along {along})" if along else ""))
+            raise ValueError(f"shapes {a.shape} @ {b.shape} -> {c.shape} do not match")
+        first = a if along == "m" else b
+        if along and second.shape[1:] != first.shape[1:] or \
+                along and second.shape[0] not in (first.shape[0], 1):
+            raise ValueError(f"a pair's second operand {second.shape} is not shaped as the "
+                             f"first's {first.shape}")
         if along and k > self.spec.params.kc:
             raise ValueError(f"a pair takes K in one slice: K {k} > KC {self.spec.params.kc}")
         if not c.flags.writeable:
@@ -115,8 +123,16 @@ class GemmKernel:
                 raise ValueError(f"extra array of shape {x.shape} fits no operand of "
                                  f"{a.shape} @ {b.shape}")
         xst = [v for x in extra for v in (st(x) if x.ndim == 3 else (0, 0, 0))]
-        tail = [c.shape[1] if along == "m" else c.shape[2]] if along else []
-        return (ctypes.c_long * (13 + len(xst) + len(tail)))(nb, m, b.shape[2], k, *st(a), *sb,
+        # a pair's kernel runs over twice C's extent along the paired axis, in whole tiles
+        h = pair_half(self.spec)
+        kern = [-(-e // h) * 2 * h if along == ax else e for ax, e in zip("mn", c.shape[1:])]
+        tail = []
+        if along:
+            s2 = st(second)
+            if second.shape[0] == 1:
+                s2[0] = 0
+            tail = [c.shape[1] if along == "m" else c.shape[2], *s2]
+        return (ctypes.c_long * (13 + len(xst) + len(tail)))(nb, *kern, k, *st(a), *sb,
                                                              *st(c), *xst, *tail)
 
 
@@ -126,30 +142,6 @@ def pair_axis(spec: KernelSpec) -> str:
     if not spec.pair:
         return ""
     return "m" if (spec.pair == "rows") == (spec.store == STORE_ROWS) else "n"
-
-
-def interleave(x1: np.ndarray, x2: np.ndarray, h: int, axis: int, out: np.ndarray) -> np.ndarray:
-    """``x1`` and ``x2`` (3-d, equal shapes) in blocks of ``h`` along ``axis`` (1 or 2), one of
-    each by turns, the last pair of blocks zero-padded to ``h``, into ``out`` (contiguous,
-    ``2h * ceil(n / h)`` along ``axis``)."""
-    n = x1.shape[axis]
-    full, rem = divmod(n, h)
-    blocks = full + (rem > 0)
-    if axis == 2:
-        ov = out.reshape(out.shape[0], out.shape[1], blocks, 2, h)
-        for side, x in enumerate((x1, x2)):
-            ov[:, :, :full, side, :] = x[:, :, :full * h].reshape(x.shape[0], x.shape[1], full, h)
-            if rem:
-                ov[:, :, full, side, :rem] = x[:, :, full * h:]
-                ov[:, :, full, side, rem:] = 0
-    else:
-        ov = out.reshape(out.shape[0], blocks, 2, h, out.shape[2])
-        for side, x in enumerate((x1, x2)):
-            ov[:, :full, side] = x[:, :full * h].reshape(x.shape[0], full, h, x.shape[2])
-            if rem:
-                ov[:, full, side, :rem] = x[:, full * h:]
-                ov[:, full, side, rem:] = 0
-    return out
 
 
 def store_for(c: np.ndarray) -> str:

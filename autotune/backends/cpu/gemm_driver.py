@@ -8,8 +8,9 @@ from search_spaces.kernel import SPLIT_BATCH
 from search_spaces.serial import c_condition
 
 from autotune.backends.cpu.codegen import PRELUDE
-from autotune.backends.cpu.gemm_kernel import (STORE_COLS, KernelSpec, half_at, macro_source,
-                                               may_skip_a, may_skip_b, micro_kernel, packers)
+from autotune.backends.cpu.gemm_kernel import (STORE_COLS, STORE_ROWS, KernelSpec, half_at,
+                                               macro_source, may_skip_a, may_skip_b,
+                                               micro_kernel, packers, pair_packer)
 from autotune.backends.loops import SCALAR_TYPES
 
 ENTRY = "gemm_kernel"
@@ -25,11 +26,20 @@ def _item(s: KernelSpec, shared: bool) -> str:
     blocks = "#pragma omp for schedule(static) collapse(2)" if shared else ""
     name = "item_shared" if shared else "item_serial"
     c_at = f"RC + {half_at(s, 'rows', 'ic')} * rc_r + {half_at(s, 'cols', '(jc + jq)')} * rc_c"
+    # a pair's paired operand is packed from its two sources (R2: the second, strides q_a
+    # along the paired axis and q_k along K), panel by panel
+    pack_a = ("if (pa) for (long q = 0; q < mc; q += MR) pack_pair(kc, RA + pc * ra_k, ra_r, "
+              "ra_k, R2 + pc * q_k, q_a, q_k, ab + q * kc, ic + q);" if s.pair == "rows"
+              else "if (pa) pack_a(mc, kc, Ab, ra_r, ra_k, ab, ic, pc, x);")
+    pack_b = ("pack_pair(kc, RB + pc * rb_k, rb_c, rb_k, R2 + pc * q_k, q_a, q_k, bb + jr * kc, "
+              "jc + jr);" if s.pair == "cols" else
+              "pack_b(kc, nc - jr < NR ? nc - jr : NR, Bb + jr * rb_c, rb_k, rb_c, bb + jr * kc,\n"
+              "                 pc, jc + jr, x);")
     loop = f"""for (long ic = 0; ic < M; ic += mcx)
         for (long jq = 0; jq < nc; jq += cw) {{
           long mc = M - ic < mcx ? M - ic : mcx, nw = nc - jq < cw ? nc - jq : cw;
           const T *Ab = RA + ic * ra_r + pc * ra_k;
-          if (pa) pack_a(mc, kc, Ab, ra_r, ra_k, ab, ic, pc, x);
+          {pack_a}
           macro(mc, nw, kc, pa ? ab : Ab, ra_r, ra_k, pa, pb ? bb + jq * kc : Bb + jq * rb_c,
                 rb_k, pb, {c_at}, rc_r, rc_c, kb == 0 ? wr : 0, kb == nk - 1, alpha, ic,
                 jc + jq, pc, ea, eb, x);
@@ -39,7 +49,9 @@ def _item(s: KernelSpec, shared: bool) -> str:
     return f"""
 static void {name}(const T *RA, long ra_r, long ra_k, const T *RB, long rb_k, long rb_c, T *RC,
                    long rc_r, long rc_c, long M, long N, long K, long mcx, int pa, int pb,
-                   int wr, T alpha, T *ab, T *bb, T *ea, T *eb, const X *x, long nq) {{
+                   int wr, T alpha, T *ab, T *bb, T *ea, T *eb, const X *x, long nq,
+                   const T *R2, long q_a, long q_k) {{
+  (void)R2; (void)q_a; (void)q_k;
   long nk = K > 0 ? (K + KC - 1) / KC : 1;
   for (long jc = 0; jc < N; jc += NC) {{
     long nc = N - jc < NC ? N - jc : NC;
@@ -50,8 +62,7 @@ static void {name}(const T *RA, long ra_r, long ra_k, const T *RB, long rb_k, lo
       if (pb) {{
         {omp}
         for (long jr = 0; jr < nc; jr += NR)
-          pack_b(kc, nc - jr < NR ? nc - jr : NR, Bb + jr * rb_c, rb_k, rb_c, bb + jr * kc,
-                 pc, jc + jr, x);
+          {pack_b}
         {blocks}
         {loop}
       }} else {{
@@ -65,10 +76,12 @@ static void {name}(const T *RA, long ra_r, long ra_k, const T *RB, long rb_k, lo
 
 
 def _entry(s: KernelSpec) -> str:
-    """``gemm_kernel(A, B, C, d, alpha, extra)``: ``d`` holds batch, M, N, K and the element
-    strides (batch, row, col) of A, B and C, then those of each extra array, then (a pair)
-    C's extent along the paired axis; ``extra`` the arrays the transforms read (each batch
-    item sees its own, moved by its batch stride)."""
+    """``gemm_kernel(A, B, C, d, alpha, extra)``: ``d`` holds batch, M, N, K (a pair: the
+    kernel's, twice C's along the paired axis in whole tiles) and the element strides (batch,
+    row, col) of A, B and C, then those of each extra array, then (a pair) C's extent along the
+    paired axis and the strides of the second contraction's operand (as A's or B's); ``extra``
+    the arrays the transforms read (each batch item sees its own, moved by its batch stride),
+    then (a pair) that operand, A or B being the first's."""
     if s.store == STORE_COLS:   # C^T = B^T A^T: the kernel's A is B, its rows are n
         roles = ("long M = d[2], N = d[1];\n  const T *RA = B, *RB = A;\n"
                  "  long ra_b = d[7], ra_r = d[9], ra_k = d[8];\n"
@@ -84,7 +97,14 @@ def _entry(s: KernelSpec) -> str:
                     for i, a in enumerate(s.args))
     moves = " ".join(f"y.{a} += b * x->{a}_b;" for a in s.args)
     batch = "1" if s.params.split == SPLIT_BATCH else "0"
-    pair_out = f"g_pair_out = d[{13 + 3 * len(s.args)}];" if s.pair else ""
+    at = 13 + 3 * len(s.args)
+    # a pair: C's extent along the paired axis, then the second source's strides (batch and
+    # its two axes in the contraction operand's order) and pointer (after the extra arrays)
+    along_m = (s.pair == "rows") == (s.store == STORE_ROWS)
+    pair_in = (f"g_pair_out = d[{at}];\n  const T *R2 = extra[{len(s.args)}];\n"
+               f"  long r2_b = d[{at + 1}], q_a = d[{at + (2 if along_m else 3)}], "
+               f"q_k = d[{at + (3 if along_m else 2)}];" if s.pair
+               else "const T *R2 = 0; long r2_b = 0, q_a = 0, q_k = 0;")
     serial = c_condition("sizeof(T)", "nb", "M", "N", "K")
     return f"""
 static __thread T *t_a, *t_b, *t_ea, *t_eb;
@@ -111,7 +131,8 @@ void {ENTRY}(const T *A, const T *B, T *C, const long *d, double alpha_,
                  const T *const *extra) {{
   X xs = {{0}};
   (void)extra; {fill}
-  {pair_out}
+  {pair_in}
+  (void)r2_b;
   const X *x = &xs;
   long nb = d[0], K = d[3];
   {roles}
@@ -136,7 +157,8 @@ void {ENTRY}(const T *A, const T *B, T *C, const long *d, double alpha_,
       T *ea = grow(&t_ea, &t_eacap, MR * kcx), *eb = grow(&t_eb, &t_ebcap, NR * kcx);
       X xb = at_batch(x, b);
       item_serial(RA + b * ra_b, ra_r, ra_k, RB + b * rb_b, rb_k, rb_c, C + b * rc_b, rc_r, rc_c,
-                  M, N, K, MC, pa, pb, wr, alpha, ab, bb, ea, eb, &xb, 1);
+                  M, N, K, MC, pa, pb, wr, alpha, ab, bb, ea, eb, &xb, 1,
+                  R2 ? R2 + b * r2_b : R2, q_a, q_k);
     }}
     SFENCE();
     return;
@@ -156,7 +178,8 @@ void {ENTRY}(const T *A, const T *B, T *C, const long *d, double alpha_,
     for (long b = 0; b < nb; b++) {{
       X xb = at_batch(x, b);
       item_shared(RA + b * ra_b, ra_r, ra_k, RB + b * rb_b, rb_k, rb_c, C + b * rc_b, rc_r, rc_c,
-                  M, N, K, mcx, pa, pb, wr, alpha, ab, bb, ea, eb, &xb, nq);
+                  M, N, K, mcx, pa, pb, wr, alpha, ab, bb, ea, eb, &xb, nq,
+                  R2 ? R2 + b * r2_b : R2, q_a, q_k);
     }}
     SFENCE();
   }}
@@ -204,5 +227,6 @@ static long g_pair_out;   /* a pair's C extent along the paired axis (gemm_kerne
     parts = [head, micro_kernel(s, "ukr_p", packed_a=True)]
     if may_skip_a(s):
         parts.append(micro_kernel(s, "ukr_u", packed_a=False))
-    parts += [packers(s), macro_source(s), _item(s, False), _item(s, True), _entry(s)]
+    parts += [packers(s), pair_packer(s), macro_source(s), _item(s, False), _item(s, True),
+              _entry(s)]
     return "\n".join(parts) + "\n"

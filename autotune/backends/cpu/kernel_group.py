@@ -16,9 +16,8 @@ from search_spaces.gemm import gemm_form
 from search_spaces.workload import Workload
 
 from autotune.backends.cpu.binding import Prepared, derived
-from autotune.backends.cpu.gemm_call import (GemmKernel, interleave, operand_source, pair_axis,
+from autotune.backends.cpu.gemm_call import (GemmKernel, operand_source, pair_axis,
                                              result_of)
-from autotune.backends.cpu.gemm_kernel import pair_half
 from autotune.backends.cpu.gemm_transforms import kernel_transforms, transform_arrays
 from autotune.backends.cpu.staging import Staging
 
@@ -102,13 +101,15 @@ class KernelGroup:
         self._extra: tuple[np.ndarray, ...] = ()
         self._extra_names = tuple(o.tensor for _, o in self.extras)
         # a pair: the second contraction's operand that is not shared, in the first's index
-        # names (pair_of checked that it sits at the same positions), interleaved with the
-        # first's along the paired axis on each call
+        # names (pair_of checked that it sits at the same positions), which the kernel's
+        # packing interleaves with the first's along the paired axis
         self.second = pair_operands(w, parts.epilogue)[1].tensor if parts.pair else None
+        self.paired = "a" if pair_axis(kernel.spec) == "m" else "b"
         # the tensors the call reads or writes through views; while the same array objects
         # come back (the plan's buffers, its reused outputs, inputs passed again), last
         # call's C arguments stand (see _remember)
-        self._names = (self.a[0], self.b[0], self.out) + self._extra_names
+        self._names = (self.a[0], self.b[0], self.out) + self._extra_names \
+            + ((self.second,) if self.second else ())
         self._last: tuple[weakref.ref, ...] = ()
         self._last_prep: Prepared | None = None
         self._last_args: tuple | None = None
@@ -120,12 +121,12 @@ class KernelGroup:
             return
         f = self.form
         st, k = self.stage, self.anchor
-        axis = pair_axis(self.kernel.spec) if self.second is not None else None
-        # each operand (a pair's interleaved with its twin) once per binding where it is bound
-        a = derived(prep, f"{k}:a", self._sources("a", axis), st,
-                    lambda s: self._operand(env, "a", axis == "m", s))
-        b = derived(prep, f"{k}:b", self._sources("b", axis), st,
-                    lambda s: self._operand(env, "b", axis == "n", s))
+        # each operand once per binding where it is bound
+        a = derived(prep, f"{k}:a", (self.a[0],), st, lambda s: self._operand(env, "a", s))
+        b = derived(prep, f"{k}:b", (self.b[0],), st, lambda s: self._operand(env, "b", s))
+        second = None if self.second is None else derived(
+            prep, f"{k}:second", (self.second,), st,
+            lambda s: self._operand(env, self.paired, s, self.second))
         out = env[self.out]
         t, c = view3(out, self.idx, (f.batch, f.m, f.n))
         target = c if c is not None else st.scratch(
@@ -133,32 +134,28 @@ class KernelGroup:
             a.dtype)
         extra = derived(prep, f"{k}:extra", self._extra_names, st,
                         lambda s: self._extra_arrays(env, s))
-        args = self.kernel.arguments(a, b, target, f.scale, extra)  # the scale as alpha
+        args = self.kernel.arguments(a, b, target, f.scale, extra, second)  # scale as alpha
         self.kernel.call_with(args)
         if c is None:
             st.copy(t, target.reshape(t.shape))
-        self._remember(env, prep, (a, b, c) + tuple(extra), args)
+        self._remember(env, prep, (a, b, c) + tuple(extra)
+                       + ((second,) if second is not None else ()), args)
 
     def _remember(self, env, prep: Prepared | None, passed: tuple, args: tuple) -> None:
         """Keep this call's C arguments for the next call with the same arrays, where every
         array passed to C is a view of the tensor it stands for (no staged copy, whose content
-        a call must refresh, no pair's interleaved operand, no result staged for a copy back).
+        a call must refresh, no result staged for a copy back).
         Why: building them (the operands' views, the checks' key, five addresses through
         ``ndarray.ctypes``) cost more than the kernel's own call on small products: a chain of
         four 2 x 2 kernel groups ran 15.5 us a group beyond a loop group's."""
         arrays = tuple(env[n] for n in self._names)
-        views = self.second is None and passed[2] is not None and all(
+        views = passed[2] is not None and all(
             np.may_share_memory(x, src) for x, src in zip(passed, arrays))
         # weak references: a plan output the caller dropped must not be kept alive (the
         # executor reuses an output nobody else holds), and a live referent is the very array
         # whose addresses ``args`` holds
         self._last, self._last_prep, self._last_args = \
             (tuple(weakref.ref(x) for x in arrays), prep, args) if views else ((), None, None)
-
-    def _sources(self, side: str, axis: str | None) -> tuple[str, ...]:
-        src = (self.a if side == "a" else self.b)[0]
-        paired = axis == ("m" if side == "a" else "n")
-        return (src, self.second) if paired else (src,)
 
     def _extra_arrays(self, env, stage: Staging) -> tuple[np.ndarray, ...]:
         """The fusions' extra arrays: last call's views again where they view the same memory
@@ -176,19 +173,10 @@ class KernelGroup:
             self._extra_key, self._extra = (None, ()) if copied else (key, extra)
         return extra
 
-    def _operand(self, env, side: str, paired: bool, st: Staging) -> np.ndarray:
-        """The kernel's operand ``side`` as (batch, rows, cols); ``paired``: interleaved with
-        the second contraction's (the same subscript, another tensor) into a kept buffer, in
-        blocks of half the tile."""
+    def _operand(self, env, side: str, st: Staging, tensor: str | None = None) -> np.ndarray:
+        """The kernel's operand ``side`` as (batch, rows, cols); ``tensor``: a pair's second
+        operand on that side, read in the first's index names."""
         f, k = self.form, self.anchor
         src, idx = self.a if side == "a" else self.b
         dims = (f.batch, f.m, f.k) if side == "a" else (f.batch, f.k, f.n)
-        x = as3(env[src], idx, dims, st, f"{k}:{side}")
-        if not paired:
-            return x
-        h = pair_half(self.kernel.spec)
-        x2 = as3(env[self.second], idx, dims, st, f"{k}:{side}2")
-        ax = 1 if side == "a" else 2
-        shape = list(x.shape)
-        shape[ax] = -(-shape[ax] // h) * 2 * h
-        return interleave(x, x2, h, ax, st.scratch(f"{k}:pair", tuple(shape), x.dtype))
+        return as3(env[tensor or src], idx, dims, st, f"{k}:{side}" + ("2" if tensor else ""))

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 import costmodel
-from autotune.backends.cpu.gemm_call import interleave, kernel_spec, pair_axis
+from autotune.backends.cpu.gemm_call import kernel_spec, pair_axis
 from autotune.backends.factory import backend_kind
 from search_spaces import load_workload
 from search_spaces.answers import params_of
-from search_spaces.candidate import IMPL_KERNEL, Candidate
+from search_spaces.candidate import IMPL_KERNEL
 from search_spaces.kernel_fusion import kernel_parts, pair_of
 from tests.autotune.backends.test_kernel_epilogue import (epilogues, kernel_plan, run_checked,
                                                           space_of)
@@ -104,23 +104,6 @@ def test_pairs_run_verified(small, name, kdir):
     assert {a for _, a in seen} == {"m" if name == "shared_b" else "n"}
 
 
-def test_interleave():
-    rng = np.random.default_rng(0)
-    for axis, shape in ((2, (2, 3, 11)), (1, (1, 7, 4))):
-        x1, x2 = rng.standard_normal(shape), rng.standard_normal(shape)
-        h = 3
-        n = shape[axis]
-        out_shape = list(shape)
-        out_shape[axis] = -(-n // h) * 2 * h
-        out = interleave(x1, x2, h, axis, np.full(out_shape, np.nan))
-        for j in range(n):
-            blk, r = divmod(j, h)
-            take = lambda a, i: np.take(a, i, axis=axis)
-            assert np.array_equal(take(out, 2 * h * blk + r), take(x1, j))
-            assert np.array_equal(take(out, 2 * h * blk + h + r), take(x2, j))
-        assert not np.isnan(out).any()                     # the padding is zero
-
-
 def test_a_pair_is_priced_as_one_pass(small):
     """The pair's group reads the shared operand once and stores only the epilogue's result:
     fewer bytes than the contraction alone plus its partner's epilogue group."""
@@ -153,11 +136,13 @@ def test_the_kernel_refuses_a_pair_deeper_than_its_slice(small, kdir):
     cand = kernel_plan(space_of(w), 0, pair=lambda e: 1)
     spec = kernel_spec(w, cand, "hid")
     kern = load_gemm_kernel(replace(spec, params=replace(spec.params, kc=2)), str(kdir))
-    k = 5
-    h2 = spec.params.nr if spec.pair == "cols" else spec.params.mr
-    a = np.ones((1, 4, k), np.float32)
-    b = np.ones((1, k, h2), np.float32)
-    c = np.zeros((1, 4, h2 // 2), np.float32)
-    extra = tuple(np.ones((1, 4, h2 // 2), np.float32) for _ in spec.args)
+    k, m, n = 5, 4, 3
+    a = np.ones((1, m, k), np.float32)
+    b = np.ones((1, k, n), np.float32)
+    c = np.zeros((1, m, n), np.float32)
+    second = a if pair_axis(spec) == "m" else b
+    extra = tuple(np.ones((1, m, n), np.float32) for _ in spec.args)
     with pytest.raises(ValueError, match="one slice"):
+        kern(a, b, c, 1.0, extra, second)
+    with pytest.raises(ValueError, match="second"):
         kern(a, b, c, 1.0, extra)

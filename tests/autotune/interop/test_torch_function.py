@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import warnings
 
-import numpy as np
 import pytest
 
 from autotune.backends.base import verify
