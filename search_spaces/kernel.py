@@ -119,21 +119,15 @@ def default_params(bounds: KernelBounds, itemsize: int) -> KernelParams:
                         vec_bytes=vb)
 
 
-# a product with at most this many rows (or columns) has "a few rows": its C stays in the
-# cores' caches while B streams by
-FEW_ROWS = 16
-
-
-def _kc_options(bounds: KernelBounds, nr: int, itemsize: int, few_rows: bool
-                ) -> tuple[int, ...]:
+def _kc_options(bounds: KernelBounds, nr: int, itemsize: int) -> tuple[int, ...]:
     # a B micro-panel (kc x nr) stays within twice L1 while the micro-kernel runs (its loads
     # are few per FMA: the excess streams from L2 without a stall, as measured at 6 x 64).
-    # Slices of 16 and 32 serve a C of a few rows only: each slice walks B's rows as a few
-    # sequential streams, C staying in cache (a decoding step's 4 x 768 x 3072 product, B's
-    # rows 12 KB apart, 4 x 24 tiles: 318-371 us at KC 16-32 against 411-424 at 64-256); on
-    # taller products they only cut K into more passes over C
-    short = (16, 32) if few_rows else ()
-    opts = [k for k in short + (64, 128, 192, 256, 384, 512, 768)
+    # No slices under 64: KC 16 and 32, once offered to products of a few rows (whose C stays
+    # in cache while B streams by), lost to KC 64-256 at every such shape once B could be read
+    # in place (2-core AVX-512 host, bench/gemm_kernel.py, 21 interleaved rounds, 4 x 64
+    # tiles, B in place: 4 x 3072 x 768 ran 92 / 114 GFLOP/s at KC 16 / 32 against 119 at 64;
+    # 4 x 768 x 3072 60 / 91 against 118 at 256; 16 x 1024 x 1024 103 / 117 against 132)
+    opts = [k for k in (64, 128, 192, 256, 384, 512, 768)
             if k * nr * itemsize <= 2 * bounds.l1_bytes]
     return tuple(opts or [64])
 
@@ -151,17 +145,14 @@ def _nc_options(bounds: KernelBounds, nr: int, kc: int, itemsize: int) -> tuple[
     return tuple(sorted({min(top, max(nr, n // nr * nr)) for n in (512, 1024, 2048, 4096, 8192)}))
 
 
-def kernel_options(bounds: KernelBounds, itemsize: int, batch: int,
-                   rows: int | None = None) -> KernelOptions:
-    """The legal choices for a contraction with ``batch`` independent items of ``rows`` rows
-    (the smaller of M and N; None: not known).  Block sizes are listed for the default register
-    tile and kc; :func:`legalize` fits any combination."""
+def kernel_options(bounds: KernelBounds, itemsize: int, batch: int) -> KernelOptions:
+    """The legal choices for a contraction with ``batch`` independent items.  Block sizes are
+    listed for the default register tile and kc; :func:`legalize` fits any combination."""
     d = default_params(bounds, itemsize)
     tiles = tuple(t for vb in bounds.vec_bytes[:1] for t in micro_tiles(bounds, vb, itemsize))
     splits = (SPLIT_M, SPLIT_BATCH) if batch >= max(2, bounds.cores) else (SPLIT_M,)
     return KernelOptions(tiles, _mc_options(bounds, d.mr, d.kc, itemsize),
-                         _kc_options(bounds, d.nr, itemsize,
-                                     rows is not None and rows <= FEW_ROWS),
+                         _kc_options(bounds, d.nr, itemsize),
                          _nc_options(bounds, d.nr, d.kc, itemsize), splits, bounds.vec_bytes,
                          OUTERS, d)
 

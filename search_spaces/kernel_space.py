@@ -31,9 +31,7 @@ def _itemsize(w: Workload) -> int:
 def _options(bounds: KernelBounds, w: Workload, contraction: str):
     op = w.op(contraction)
     form = gemm_form(op)
-    # (the smaller side: a C stored transposed has its few rows as the kernel's columns)
-    return kernel_options(bounds, _itemsize(w), group_size(op, form.batch),
-                          min(group_size(op, form.m), group_size(op, form.n)))
+    return kernel_options(bounds, _itemsize(w), group_size(op, form.batch))
 
 
 def kernel_question_options(bounds: KernelBounds, w: Workload, contraction: str

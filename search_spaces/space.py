@@ -45,7 +45,8 @@ from .workload import Workload
 # 6: a stack of some of the stackable siblings (the stack:ANCHOR:MEMBER parameters).
 # 7: pairs in the kernel (pair:p2->c, a second contraction into a kernel epilogue,
 #    kernel_fusion.pair_of).
-SPACE_VERSION = "7"
+# 8: no KC slices under 64 (the kernel:ANCHOR:kc choices of few-row products, search_spaces.kernel).
+SPACE_VERSION = "8"
 UNSPLIT = "none"          # the order:STMT answer that leaves the statement as written
 Choose = Callable[[str, Sequence], object]
 

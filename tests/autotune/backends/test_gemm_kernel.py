@@ -252,11 +252,9 @@ def _region_threads(kdir) -> int:
     return int(c.max()) + 1
 
 
-def test_short_k_slices_are_offered_to_few_rows_only():
-    """KC 16 and 32 pay where C has a few rows (B streams, C stays in cache); a taller product
-    would only cut K into more passes over C, so they are not among its choices."""
+def test_no_k_slices_under_64():
+    """KC 16 and 32 lost to deeper slices at every few-row shape once B could be read in place
+    (search_spaces.kernel._kc_options): no product is offered them."""
     bounds = machine_bounds()
-    few = kernel_options(bounds, 4, batch=1, rows=4).kc
-    tall = kernel_options(bounds, 4, batch=1, rows=997).kc
-    assert {16, 32} <= set(few) and not {16, 32} & set(tall)
-    assert set(tall) <= set(few) and kernel_options(bounds, 4, batch=1).kc == tall
+    kc = kernel_options(bounds, 4, batch=1).kc
+    assert kc and min(kc) >= 64 and kernel_options(bounds, 8, batch=4).kc
