@@ -285,24 +285,17 @@ def pair_packer(s: KernelSpec) -> str:
     / ``t2`` along K (rows) or (cols) the other way round: each source's own strides."""
     if not s.pair:
         return ""
-    if s.pair == "rows":   # MR-tall A panels, k-major: d[p * MR + i]
-        tile, at_elem, name = "MR", "d[p * MR + i]", "pack_pair"
-        read = "src[i * sa + p * sk]"
-        unit = "sk == 1"
-    else:                  # NR-wide B panels: d[p * NR + i], i along the columns
-        tile, at_elem, name = "NR", "d[p * NR + i]", "pack_pair"
-        read = "src[p * sk + i * sa]"
-        unit = "sa == 1"
-    loops_unit = (f"for (long i = 0; i < h; i++)\n          for (long p = 0; p < kc; p++) "
-                  f"{at_elem} = {read};") if s.pair == "rows" else (
-        f"for (long p = 0; p < kc; p++) {{\n          #pragma omp simd\n"
-        f"          for (long i = 0; i < h; i++) {at_elem} = {read};\n        }}")
-    loops_other = (f"for (long p = 0; p < kc; p++)\n          for (long i = 0; i < h; i++) "
-                   f"{at_elem} = {read};") if s.pair == "rows" else (
-        f"for (long i = 0; i < h; i++)\n          for (long p = 0; p < kc; p++) "
-        f"{at_elem} = {read};")
+    rows = s.pair == "rows"      # MR-tall A panels (k-major), else NR-wide B panels
+    tile = "MR" if rows else "NR"
+    body = f"d[p * {tile} + i] = " + ("src[i * sa + p * sk];" if rows else "src[p * sk + i * sa];")
+    loop = lambda v, n: f"for (long {v} = 0; {v} < {n}; {v}++)"
+    i_then_p = f"{loop('i', 'h')}\n          {loop('p', 'kc')} {body}"
+    p_then_i = (f"{loop('p', 'kc')} {{\n          #pragma omp simd\n          {loop('i', 'h')} "
+                f"{body}\n        }}")
+    # the source's unit-stride axis innermost: K for A panels, the columns for B panels
+    unit, fast, slow = ("sk == 1", i_then_p, p_then_i) if rows else ("sa == 1", p_then_i, i_then_p)
     return f"""
-static void {name}(long kc, const T *restrict X1, long s1, long s2, const T *restrict X2,
+static void pack_pair(long kc, const T *restrict X1, long s1, long s2, const T *restrict X2,
                       long t1, long t2, T *restrict dst, long at) {{
   long c0 = at / 2, h = g_pair_out - c0;
   if (h > {tile} / 2) h = {tile} / 2;
@@ -312,12 +305,12 @@ static void {name}(long kc, const T *restrict X1, long s1, long s2, const T *res
     long sa = side ? t1 : s1, sk = side ? t2 : s2;
     T *restrict d = dst + side * ({tile} / 2);
     if ({unit}) {{
-        {loops_unit}
+        {fast}
     }} else {{
-        {loops_other}
+        {slow}
     }}
     for (long p = 0; p < kc; p++)
-      for (long i = h; i < {tile} / 2; i++) {at_elem} = 0;
+      for (long i = h; i < {tile} / 2; i++) d[p * {tile} + i] = 0;
   }}
 }}
 """
@@ -368,10 +361,12 @@ def half_at(s: KernelSpec, axis: str, at: str) -> str:
 
 
 def may_skip_a(s: KernelSpec) -> bool:
+    """Whether the kernel's A may be read in place: not under a prologue, nor a pair's paired
+    operand (only :func:`pair_packer` interleaves the two)."""
     ta = s.prologue_b if s.store == STORE_COLS else s.prologue_a
-    return not s.params.pack_a and ta.identity
+    return not s.params.pack_a and ta.identity and s.pair != "rows"
 
 
 def may_skip_b(s: KernelSpec) -> bool:
     tb = s.prologue_a if s.store == STORE_COLS else s.prologue_b
-    return not s.params.pack_b and tb.identity
+    return not s.params.pack_b and tb.identity and s.pair != "cols"
