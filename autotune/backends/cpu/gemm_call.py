@@ -16,7 +16,7 @@ from search_spaces.candidate import Candidate
 from search_spaces.kernel_fusion import Epilogue, KernelParts, kernel_parts
 from search_spaces.footprint import strides
 from search_spaces.gemm import gemm_form, group_size
-from search_spaces.kernel import default_params, pair_params
+from search_spaces.kernel import default_params, legalize, pair_params
 from search_spaces.workload import Workload
 
 from autotune.backends.cpu.gemm_driver import ENTRY
@@ -174,8 +174,9 @@ def kernel_spec(w: Workload, cand: Candidate, anchor: str) -> KernelSpec:
     store = STORE_COLS if m_stride == 1 and n_stride != 1 and rows else STORE_ROWS
     params = cand.schedule(anchor).kernel   # None only in a hand-written candidate
     item = 4 if w.dtype == "float32" else 8
-    if params is None:
-        params = default_params(machine_bounds(), item)
+    # legal whatever the candidate says (a hand-written or edited one may give any blocks)
+    params = legalize(params, item) if params is not None \
+        else default_params(machine_bounds(), item)
     hooks, _ = kernel_transforms(w, parts, lambda t: cand.layout(t, len(w.shapes[t])))
     pair = ""
     if parts.pair:

@@ -150,10 +150,12 @@ void {ENTRY}(const T *A, const T *B, T *C, const long *d, double alpha_,
   int nt = omp_get_max_threads();
   /* a C written in one K slice is streamed past the caches (no read for ownership) */
   int wr = {int(s.params.stream)} && (K <= KC) ? 2 : 1;
+  /* (a block of MC rows packs whole MR-tall panels: MC rounded up to MR rows of buffer, for
+     parameters that leave MC no multiple of MR; writing past it corrupted the heap) */
   if ({batch} && nb > 1) {{
     #pragma omp parallel for schedule(dynamic, 1) if(par)
     for (long b = 0; b < nb; b++) {{
-      T *ab = pa ? grow(&t_a, &t_acap, MC * kcx) : 0, *bb = pb ? grow(&t_b, &t_bcap, kcx * ncx) : 0;
+      T *ab = pa ? grow(&t_a, &t_acap, (MC + MR - 1) / MR * MR * kcx) : 0, *bb = pb ? grow(&t_b, &t_bcap, kcx * ncx) : 0;
       T *ea = grow(&t_ea, &t_eacap, MR * kcx), *eb = grow(&t_eb, &t_ebcap, NR * kcx);
       X xb = at_batch(x, b);
       item_serial(RA + b * ra_b, ra_r, ra_k, RB + b * rb_b, rb_k, rb_c, C + b * rc_b, rc_r, rc_c,

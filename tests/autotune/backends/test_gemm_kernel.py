@@ -258,3 +258,56 @@ def test_no_k_slices_under_64():
     bounds = machine_bounds()
     kc = kernel_options(bounds, 4, batch=1).kc
     assert kc and min(kc) >= 64 and kernel_options(bounds, 8, batch=4).kc
+
+
+_BLOCKS_NOT_ON_THE_TILE = """
+import sys
+import numpy as np
+from search_spaces.kernel import KernelParams
+from autotune.backends.cpu.executor import load_gemm_kernel
+from autotune.backends.cpu.gemm_kernel import KernelSpec
+# MC 48 is no multiple of MR 14: a block packs 4 panels, 56 rows
+p = KernelParams(14, 32, 48, 384, 1024, True, True, "batch", 16, "b", False)
+kern = load_gemm_kernel(KernelSpec(p, "float32", "rows"), sys.argv[1])
+rng = np.random.default_rng(0)
+a = rng.standard_normal((4, 300, 200), dtype=np.float32)
+b = rng.standard_normal((4, 200, 150), dtype=np.float32)
+c = np.full((4, 300, 150), np.nan, np.float32)
+for _ in range(3):
+    kern(a, b, c)
+ref = np.matmul(a.astype(np.float64), b)
+assert np.abs(c - ref).max() <= 1e-4 * np.abs(ref).max()
+junk = [np.empty(1000 + i) for i in range(200)]   # malloc walks the heap it corrupted
+"""
+
+
+def test_blocks_off_the_register_tile_stay_inside_their_buffers(kdir, tmp_path):
+    """Parameters whose MC is no multiple of MR (a hand-edited candidate, a --variant of
+    bench/gemm_kernel.py) once made the batch split pack past its A buffer: glibc's heap
+    checks (MALLOC_CHECK_=3) aborted the process.  Run in a child process under those checks."""
+    import os
+    import subprocess
+    import sys
+    script = tmp_path / "blocks.py"
+    script.write_text(_BLOCKS_NOT_ON_THE_TILE)
+    env = {**os.environ, "MALLOC_CHECK_": "3", "PYTHONPATH": os.pathsep.join(sys.path)}
+    r = subprocess.run([sys.executable, str(script), str(kdir)], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_kernel_spec_legalizes_a_candidates_blocks(small):
+    """A candidate's kernel parameters are fitted to their register tile before any C is
+    generated from them (MC and NC rounded to MR and NR)."""
+    from search_spaces.candidate import Candidate
+    from autotune.backends.cpu.gemm_call import kernel_spec
+    from tests.autotune.backends.test_kernel_epilogue import kernel_plan, space_of
+    w = small("gated_mlp")
+    cand = kernel_plan(space_of(w), 0)
+    d = cand.to_dict()
+    anchor = next(s["anchor"] for s in d["schedules"] if s.get("kernel"))
+    for s in d["schedules"]:
+        if s["anchor"] == anchor:
+            s["kernel"].update(mr=14, nr=32, mc=48, nc=100)
+    p = kernel_spec(w, Candidate.from_dict(d), anchor).params
+    assert p.mc % p.mr == 0 and p.nc % p.nr == 0 and p.mc <= 48
