@@ -15,11 +15,10 @@ from search_spaces.chain import WALKED, Chain
 from search_spaces.chain_mask import masks_of, skipped_fraction
 from search_spaces.chain_walk import walk_innermost, walks_strided
 from search_spaces.footprint import tile_dealing, tile_sizes
-from search_spaces.serial import loop_group_serial
 
 from .devices import DeviceSpec
 from .estimate import FusedProducer, GroupCost
-from .rates import loop_launch_s, read_waste, tile_overhead_s, transcendental_weight
+from .rates import loop_launch_s, loop_occupancy, read_waste, tile_overhead_s, transcendental_weight
 
 
 def chain_buffer_elems(chain: Chain, block: int, anchor, tiles) -> int:
@@ -114,11 +113,7 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
     trans += rescale
     compute_s += rescale * (3 + acc + dev.functions.weight("exp", dev.transcendental_flops)) \
         / dev.loop_flops
-    waves = math.ceil(n_tiles / dev.parallel_units)
-    occupancy = n_tiles / (waves * dev.parallel_units)
-    serial = dev.kind == "cpu" and loop_group_serial(w, chain.members)
-    if serial:          # too small to share: one core does it all (search_spaces.serial)
-        occupancy = 1.0 / dev.parallel_units
+    occupancy, serial = loop_occupancy(w, chain.members, n_tiles, dev)
     compute_s /= occupancy
     _, chunk = tile_dealing(anchor.out_shape, tuple(eff), tuple(layout_of(chain.anchor)), item)
     overhead_s = tile_overhead_s(dev, n_tiles, chunk, len(chain.members))

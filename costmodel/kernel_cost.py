@@ -224,8 +224,8 @@ def kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev: Dev
     nc, kc = (k.nc, k.kc) if k is not None else (max(n, 1), max(kk, 1))
     c_bytes = sum(nbytes for _, nbytes, role, _ in rows if role == "c")
     passes = {"a": math.ceil(n / nc), "b": 1, "c": c_passes(c_bytes, kk, kc, dev), "e": 1}
-    # B is packed where the parameters say so, under a prologue, and in a pair (pair_params)
-    packed_b = k is None or k.pack_b or parts.prologue_b is not None or bool(parts.pair)
+    # B is packed where the parameters say so (a pair's: pair_params, above) and under a prologue
+    packed_b = k is None or k.pack_b or parts.prologue_b is not None
     bytes_ = sum(nbytes * passes[role] for _, nbytes, role, _ in rows) \
         + packed_b_bytes(b_, kk, n, item, packed_b)
     unique = sum(nbytes for _, nbytes, _, _ in rows)

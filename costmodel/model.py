@@ -20,7 +20,6 @@ from search_spaces.gemm import (as_matrix_view, broadcast_form, gemm_form, group
 from search_spaces.inlining import inlined_members
 from search_spaces.partition import Group, groups, materialized
 from search_spaces.rewrite import rewritten
-from search_spaces.serial import loop_group_serial
 from search_spaces.workload import Workload
 
 from .chain_cost import chain_buffer_elems, chain_group
@@ -30,8 +29,8 @@ from .estimate import CostEstimate, FusedProducer, GroupCost
 from .kernel_cost import kernel_copy_bytes, kernel_group
 from .memo import GroupMemo
 from .rates import (LINE_ELEMS, PAGE_BYTES, gemm_rate, library_launch_s, loop_launch_s,
-                    read_waste, regions_waste, tile_overhead_s, transcendental_weight,
-                    write_waste)
+                    loop_occupancy, read_waste, regions_waste, tile_overhead_s,
+                    transcendental_weight, write_waste)
 from .stack_cost import stack_copy_bytes, stacked_group
 
 
@@ -275,13 +274,7 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
     buffers = sum(math.prod(footprint_shape(w.op(m.op), fps[m.op], anchor, tiles))
                   for m in plans if m.op != g.anchor and m.op not in inlined) * item
     spill = 2 * buffers * n_tiles if buffers > dev.tile_cache_bytes else 0.0
-    # Tiles are dealt to cores/SMs in waves: the last, partial wave leaves units idle (fewer
-    # tiles than units is the extreme case).
-    waves = math.ceil(n_tiles / dev.parallel_units)
-    occupancy = n_tiles / (waves * dev.parallel_units)
-    serial = dev.kind == "cpu" and loop_group_serial(w, g.members)
-    if serial:          # too small to share: one core does it all (search_spaces.serial)
-        occupancy = 1.0 / dev.parallel_units
+    occupancy, serial = loop_occupancy(w, g.members, n_tiles, dev)
     compute_s /= occupancy
     # the dealing of tiles (per chunk) and each member's set-up per tile: what sinks
     # per-element fusion

@@ -11,6 +11,7 @@ import math
 from dataclasses import fields, is_dataclass
 
 from search_spaces.ir import TRANSCENDENTAL, Call, Expr
+from search_spaces.serial import loop_group_serial
 
 from .devices import DeviceSpec
 
@@ -105,6 +106,17 @@ def transcendental_weight(e: Expr, dev: DeviceSpec) -> float:
             if is_dataclass(child):
                 own += transcendental_weight(child, dev)
     return own
+
+
+def loop_occupancy(w, members, n_tiles: int, dev: DeviceSpec) -> tuple[float, bool]:
+    """(share of the units a loop group of ``members`` keeps busy, whether it runs on the
+    calling thread).  Tiles are dealt to cores/SMs in waves: the last, partial wave leaves
+    units idle (fewer tiles than units is the extreme case); a CPU group too small to share
+    runs on one core (search_spaces.serial)."""
+    if dev.kind == "cpu" and loop_group_serial(w, members):
+        return 1.0 / dev.parallel_units, True
+    waves = math.ceil(n_tiles / dev.parallel_units)
+    return n_tiles / (waves * dev.parallel_units), False
 
 
 def loop_launch_s(dev: DeviceSpec, serial: bool = False) -> float:

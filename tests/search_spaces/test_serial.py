@@ -53,7 +53,8 @@ def test_a_tiny_block_runs_on_one_thread_and_is_priced_so(monkeypatch):
     serial = costmodel.estimate(w, cand, dev).total_s
     # priced as if shared, the same plan pays every other thread's wake-up in each group
     import costmodel.model as model
-    monkeypatch.setattr(model, "loop_group_serial", lambda w, members: False)
+    import costmodel.rates as rates
+    monkeypatch.setattr(rates, "loop_group_serial", lambda w, members: False)
     monkeypatch.setattr(model, "_MEMO", type(model._MEMO)())    # nothing priced before
     shared = costmodel.estimate(w, cand, dev).total_s
     woken = dev.thread_start_s * (dev.parallel_units - 1)
