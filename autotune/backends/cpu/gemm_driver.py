@@ -15,43 +15,19 @@ from autotune.backends.loops import SCALAR_TYPES
 
 ENTRY = "gemm_kernel"
 
-# The barrier of the threads that share a batch item (split "m": after B's packing, and after
-# the blocks that read it).  OpenMP's own waits GOMP_SPINCOUNT spins and then sleeps in the
-# kernel (autotune.threads keeps that short so that an idle OpenMP thread does not hold a core
-# a BLAS call needs), and waking a sleeper cost tens of microseconds a barrier on the 2-core
-# host: 8 heads of 256 x 256 x 32 ran 0.19 ms split "m" with OpenMP's barriers against 0.13 ms
-# with GOMP_SPINCOUNT=100000 (bench/gemm_kernel.py shapes, 41 interleaved rounds).  Inside a
-# kernel the other threads are about to arrive (they run the same blocks), so this one spins
-# (with a pause), yielding the core only after 16384 pauses (0.3-1 ms).  Sense-reversing: the
-# last thread in resets the count and flips the sense the others wait on.
-SPIN_BARRIER = """#include <sched.h>
-typedef struct { int count, sense; } Bar;
-static inline void bar_wait(Bar *b, int *mine, int nt) {
-  int s = !*mine;
-  *mine = s;
-  if (__atomic_add_fetch(&b->count, 1, __ATOMIC_ACQ_REL) == nt) {
-    __atomic_store_n(&b->count, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&b->sense, s, __ATOMIC_RELEASE);
-    return;
-  }
-  for (long i = 0; __atomic_load_n(&b->sense, __ATOMIC_ACQUIRE) != s; i++) {
-    if (i < (1L << 14)) PAUSE(); else sched_yield();
-  }
-}
-"""
-
 
 def _item(s: KernelSpec, shared: bool) -> str:
     """All blocks of one batch item.  ``shared``: called by every thread of a parallel region,
-    which split B's packing and the blocks of C between them (a barrier after the packing and
-    one after the blocks keep the shared B block intact until every thread is done with it:
-    :data:`SPIN_BARRIER`).  The blocks of C: the rows in spans of ``span`` (one a thread),
-    each cut into ``qs`` blocks of at most ``mcx`` rows, and each block into ``nq`` column
-    chunks (whole micro-panels): more than one where the spans alone leave threads idle (see
-    :func:`_entry`)."""
-    omp = "#pragma omp for schedule(static) nowait" if shared else ""
+    which split B's packing and the blocks of C between them (the loops' implicit barriers keep
+    the shared B block intact until every thread is done with it).  The blocks of C: the rows
+    in spans of ``span`` (one a thread), each cut into ``qs`` blocks of at most ``mcx`` rows,
+    and each block into ``nq`` column chunks (whole micro-panels): more than one where the
+    spans alone leave threads idle (see :func:`_entry`).  (OpenMP's barriers sleep after
+    GOMP_SPINCOUNT spins; a barrier of the kernel's own that spun longer before sleeping
+    gained nothing once the spans were even, and lost 1.2x with another process keeping both
+    cores busy.)"""
+    omp = "#pragma omp for schedule(static)" if shared else ""
     blocks = "#pragma omp for schedule(static) collapse(2)" if shared else ""
-    meet = "bar_wait(bar, mine, nt);" if shared else ""
     name = "item_shared" if shared else "item_serial"
     c_at = f"RC + {half_at(s, 'rows', 'ic')} * rc_r + {half_at(s, 'cols', '(jc + jq)')} * rc_c"
     # a pair's paired operand is packed from its two sources (R2: the second, strides q_a
@@ -82,8 +58,8 @@ static void {name}(const T *RA, long ra_r, long ra_k, const T *RB, long rb_k, lo
                    long rc_r, long rc_c, long M, long N, long K, long span, long qs,
                    long mcx, int pa, int pb,
                    int wr, T alpha, T *ab, T *bb, T *ea, T *eb, const X *x, long nq,
-                   const T *R2, long q_a, long q_k, Bar *bar, int *mine, int nt) {{
-  (void)R2; (void)q_a; (void)q_k; (void)bar; (void)mine; (void)nt;
+                   const T *R2, long q_a, long q_k) {{
+  (void)R2; (void)q_a; (void)q_k;
   long nk = K > 0 ? (K + KC - 1) / KC : 1, nbk = (M + span - 1) / span * qs;
   for (long jc = 0; jc < N; jc += NC) {{
     long nc = N - jc < NC ? N - jc : NC;
@@ -95,10 +71,8 @@ static void {name}(const T *RA, long ra_r, long ra_k, const T *RB, long rb_k, lo
         {omp}
         for (long jr = 0; jr < nc; jr += NR)
           {pack_b}
-        {meet}
-        {blocks}{" nowait" if shared else ""}
+        {blocks}
         {loop}
-        {meet}
       }} else {{
         {blocks}{" nowait" if shared else ""}
         {loop}
@@ -194,7 +168,7 @@ void {ENTRY}(const T *A, const T *B, T *C, const long *d, double alpha_,
       X xb = at_batch(x, b);
       item_serial(RA + b * ra_b, ra_r, ra_k, RB + b * rb_b, rb_k, rb_c, C + b * rc_b, rc_r, rc_c,
                   M, N, K, M, (M + MC - 1) / MC, MC, pa, pb, wr, alpha, ab, bb, ea, eb, &xb, 1,
-                  R2 ? R2 + b * r2_b : R2, q_a, q_k, 0, 0, 1);
+                  R2 ? R2 + b * r2_b : R2, q_a, q_k);
     }}
     SFENCE();
     return;
@@ -210,17 +184,15 @@ void {ENTRY}(const T *A, const T *B, T *C, const long *d, double alpha_,
      idle) also cut each block's columns, in whole micro-panels, into as many chunks */
   long nq = nspan < nt ? (nt + nspan - 1) / nspan : 1;
   T *bb = pb ? grow(&g_b, &g_bcap, kcx * ncx) : 0;
-  Bar bar = {{0, 0}};
   #pragma omp parallel if(par)
   {{
-    int mine = 0, team = omp_get_num_threads();
     T *ab = pa ? grow(&t_a, &t_acap, mcx * kcx) : 0;
     T *ea = grow(&t_ea, &t_eacap, MR * kcx), *eb = grow(&t_eb, &t_ebcap, NR * kcx);
     for (long b = 0; b < nb; b++) {{
       X xb = at_batch(x, b);
       item_shared(RA + b * ra_b, ra_r, ra_k, RB + b * rb_b, rb_k, rb_c, C + b * rc_b, rc_r, rc_c,
                   M, N, K, span, qs, mcx, pa, pb, wr, alpha, ab, bb, ea, eb, &xb, nq,
-                  R2 ? R2 + b * r2_b : R2, q_a, q_k, &bar, &mine, team);
+                  R2 ? R2 + b * r2_b : R2, q_a, q_k);
     }}
     SFENCE();
   }}
@@ -252,13 +224,11 @@ static inline void stream16(T *p, V v) {{
     {"_mm_stream_ps((float *)" if ct == "float" else "_mm_stream_pd((double *)"}(p + q * 16 / (int)sizeof(T)), piece);
   }}
 }}
-#define PAUSE() _mm_pause()
 #else
 #define SFENCE() ((void)0)
-#define PAUSE() ((void)0)
 static inline void stream16(T *p, V v) {{ *(VU *)p = v; }}
 #endif
-{SPIN_BARRIER}static long g_pair_out;   /* a pair's C extent along the paired axis (gemm_kernel.py) */
+static long g_pair_out;   /* a pair's C extent along the paired axis (gemm_kernel.py) */
 #define MR {p.mr}L
 #define NR {p.nr}L
 #define MC {p.mc}L
