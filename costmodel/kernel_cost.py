@@ -12,7 +12,8 @@ loaded again: that saving is the difference from the unfused plan.  A pair (two 
 over a shared operand under one epilogue) is one kernel over twice the paired extent (padded to
 whole tile halves), its whole K in one slice; it reads both non-shared operands (the packing
 routine interleaves them into its micro-panels) and stores only the epilogue's result.  A
-packed B costs one more pass over it (:func:`packed_b_bytes`).  docs/costmodel.md gives the
+packed B costs one more pass over it (:func:`packed_b_bytes`), a packed A its packing time
+(:func:`packed_a_s`).  docs/costmodel.md gives the
 reasons.
 """
 from __future__ import annotations
@@ -183,6 +184,24 @@ def packed_b_bytes(b: int, kk: int, n: int, item: int, packed: bool) -> float:
     return float(b * kk * n * item) if packed else 0.0
 
 
+# Packing A into micro-panels: seconds per element and core.  Its packed block stays in the
+# core's L2, so it moves no DRAM bytes, but the packing pass and the micro-kernel's re-reading
+# of the panels cost time per element, which only N multiply-adds per element repay: at N = 32
+# (attention's weighted sum of v, 8 heads of 256 x 32 x 256) the product ran 136 us with A
+# packed against 85 us read in place, and at N = 128 (trimul's output projections, 492804 x
+# 128 x 128) 54 / 51 ms against 45 / 44 ms (the cached plans rebuilt with pack_a off, one
+# process, 81 and 7 interleaved calls, group clocks): about 0.2 ns an element on each core.
+PACK_A_S = 0.2e-9
+
+
+def packed_a_s(b: int, m: int, kk: int, n: int, nc: int, packed: bool, dev: DeviceSpec) -> float:
+    """Time of packing the kernel's A (``b`` items of ``m`` x ``kk``, once per block of ``nc``
+    columns of ``n``) shared by the cores; none when A is read in place."""
+    if not packed or dev.kind != "cpu":
+        return 0.0
+    return b * m * kk * math.ceil(n / max(nc, 1)) * PACK_A_S / max(dev.parallel_units, 1)
+
+
 def plain_kernel_parts(b: int, m: int, n: int, kk: int, p: KernelParams, item: int,
                        dev: DeviceSpec) -> tuple[float, float]:
     """(arithmetic, the rest: traffic and launch) of :func:`plain_kernel_s`."""
@@ -191,7 +210,8 @@ def plain_kernel_parts(b: int, m: int, n: int, kk: int, p: KernelParams, item: i
         + packed_b_bytes(b, kk, n, item, p.pack_b)
     compute = kernel_compute_s(b, m, n, kk, p, item, c, dev)
     serial = dev.kind == "cpu" and kernel_serial(b, m, n, kk, item)
-    return compute, moved / dev.bandwidth + kernel_launch_s(dev, serial)
+    return compute, (moved / dev.bandwidth + kernel_launch_s(dev, serial)
+                     + packed_a_s(b, m, kk, n, p.nc, p.pack_a, dev))
 
 
 def plain_kernel_s(b: int, m: int, n: int, kk: int, p: KernelParams, item: int,
@@ -232,6 +252,9 @@ def kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev: Dev
     # a copy reads and writes each byte with one side strided
     copy_bytes = sum(2 * copied * dev.access.transpose_copy for *_, copied in rows)
     compute = kernel_compute_s(b_, m, n, kk, k, item, c_bytes, dev)
+    # A is packed where the parameters say so (a pair's rows: pair_params) and under a prologue
+    compute += packed_a_s(b_, m, kk, n, nc, k is None or k.pack_a or parts.prologue_a is not None,
+                          dev)
     # the fused ops' arithmetic: an epilogue once per element of C at the loop rate (applied
     # to the register tile's vectors), a prologue once per element of its operand and packing
     # pass at the scalar rate: the packing routines apply it element by element as they gather
