@@ -204,7 +204,8 @@ def packed_a_s(b: int, m: int, kk: int, n: int, nc: int, packed: bool, dev: Devi
 
 def plain_kernel_parts(b: int, m: int, n: int, kk: int, p: KernelParams, item: int,
                        dev: DeviceSpec) -> tuple[float, float]:
-    """(arithmetic, the rest: traffic and launch) of :func:`plain_kernel_s`."""
+    """(arithmetic, the rest: traffic, launch and A's packing) of :func:`plain_kernel_s`;
+    no factor of the kernel's parameters scales the rest (:mod:`costmodel.kernel_fit`)."""
     a, bb, c = (float(b * x * y * item) for x, y in ((m, kk), (kk, n), (m, n)))
     moved = a * math.ceil(n / p.nc) + bb + c * c_passes(c, kk, p.kc, dev) \
         + packed_b_bytes(b, kk, n, item, p.pack_b)
