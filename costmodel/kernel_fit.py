@@ -4,7 +4,8 @@ to measurements of random legal configurations.  Pure: NumPy arithmetic, no I/O.
 The model's time for a configuration (``kernel_cost.plain_kernel_s``) is its arithmetic at the
 kernel's rate times one factor per parameter choice that applies, plus its barriers, its
 traffic and A's packing (which no factor scales, so they are taken off the measurement
-first).  In logs the factors are linear: ``ln((measured - traffic - barriers) / neutral) = c0 + sum(c_i * flag_i)``,
+first).  In logs the factors are linear:
+``ln((measured - traffic - barriers) / neutral) = c0 + sum(c_i * flag_i)``,
 where ``neutral`` is the model's arithmetic with every factor at 1; least squares gives the c_i
 (the factors are ``exp(c_i)``) and c0 (the kernel's rate is the assumed one over ``exp(c0)``).
 The cost of a barrier is chosen from a grid by the fit's residual.  A choice the samples
