@@ -26,6 +26,7 @@ from search_spaces.workload import Workload
 
 from autotune.backends.buffers import ALIGN
 from autotune.backends.chain_loops import ChainLoops
+from autotune.backends.cpu.fast_exp import EXP_MACRO
 from autotune.backends.cpu.fast_tanh import TANH_MACRO
 from autotune.backends.loops import LoopEmitter
 
@@ -42,7 +43,9 @@ class GroupKernel:
 
 # C spellings of the functions loops.COMMON_FUNCTIONS lacks, and of those it spells in a way
 # that does not vectorise here (the kernel's epilogues use them too):
-# * exp through AT_EXP (PRELUDE): its argument bounded below, see EXP_BOUNDS;
+# * exp through AT_EXP (PRELUDE): its argument bounded below, see EXP_BOUNDS; float32's a
+#   range reduction and polynomial inlined (fast_exp), 2x libmvec's expf on the development
+#   host; float64's libm/libmvec exp;
 # * tanh through AT_TANH (PRELUDE): float32's a rational function inlined (fast_tanh), 2x
 #   libmvec's tanhf on the development host; float64's libm/libmvec tanh;
 # * max, min and relu as comparisons: under -fno-finite-math-only GCC calls libm's fmaxf per
@@ -360,9 +363,8 @@ static double at_exp_lo_d;
 __attribute__((constructor)) static void at_exp_bounds(void) {{
   at_exp_lo_f = autotune_exp_lo_f; at_exp_lo_d = autotune_exp_lo_d;
 }}
-#define AT_EXPf(x) ({{ float _e = (x); expf(_e < at_exp_lo_f ? at_exp_lo_f : _e); }})
-#define AT_EXP(x) ({{ double _e = (x); exp(_e < at_exp_lo_d ? at_exp_lo_d : _e); }})
-"""
+""" + EXP_MACRO + \
+    "#define AT_EXP(x) ({ double _e = (x); exp(_e < at_exp_lo_d ? at_exp_lo_d : _e); })\n"
 
 PRELUDE = """#include <math.h>
 #include <stdlib.h>
