@@ -1,6 +1,7 @@
 """`autotune search` and `show-best`: find the fastest verified plan, and show what is cached."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -26,9 +27,10 @@ def search_cmd(
             None, help="skip candidates predicted this many times slower than the best "
                        "(default: 2, tightened as the model's errors are measured)"),
         repeats: int = typer.Option(3, help="timed runs per candidate (median)"),
-        confirm_rounds: int = typer.Option(
-            3, help="at the end, re-measure the finalists side by side in this many "
-                    "interleaved rounds and cache the winner by median (0: no confirmation)"),
+        confirm_rounds: Optional[int] = typer.Option(
+            None, help="at the end, re-measure the finalists side by side in this many "
+                       "interleaved rounds and cache the winner by median (0: no "
+                       "confirmation; default: 3, more while they take under 6 s)"),
         storage: Optional[str] = typer.Option(
             None, help="share the search with other workers through an Optuna storage: "
                        "journal:PATH (a file all workers reach) or an RDB URL such as "
@@ -45,12 +47,15 @@ def search_cmd(
         raise CliError("--budget must be at least 1")
     if prune_factor is not None and not prune_factor > 0:
         raise CliError("--prune-factor must be above 0 (leave it out for the model's own)")
-    if confirm_rounds < 0:
+    if confirm_rounds is not None and confirm_rounds < 0:
         raise CliError("--confirm-rounds must be 0 (no confirmation) or more")
     shapes = [load(workload, d) for d in parse_dims_list(dims)]   # every error before a search
     _api().resolve(device)   # a missing GPU fails here, before any output
     config = SearchConfig(budget=budget, sampler=sampler, seed=seed, prune_factor=prune_factor,
-                          storage=storage, confirm_rounds=confirm_rounds)
+                          storage=storage)
+    if confirm_rounds is not None:
+        # a number asked for is the number run; the default grows while its rounds are cheap
+        config = dataclasses.replace(config, confirm_rounds=confirm_rounds, confirm_s=0.0)
     if storage:
         from autotune.search.storage import open_storage
         open_storage(storage)   # a bad URL or an unreachable server fails here, in one line

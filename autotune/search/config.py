@@ -44,6 +44,14 @@ class SearchConfig:
     # measured candidates, the named plans, those of the `finalists` best-predicted measured
     # ones that ran only once, and the best stored before (see autotune.search.confirm).
     confirm_rounds: int = 3
+    # ... more rounds (up to max_confirm_rounds) while all of them fit in confirm_s: a round of
+    # a plan of a millisecond is a tenth of a second (calls_per_round), and three of them are
+    # three samples of a shared host's slow seconds.  Attention (S=256): a finalist measured
+    # 0.85, 0.66 and 0.87 ms in its three rounds where the others read 0.67-0.69 in each, and
+    # lost the confirmation; rebuilt and timed in 41 interleaved single calls it ran 0.744 ms
+    # against the winner's 0.771.  At N=702 (8 finalists of ~1 s) one round takes the budget.
+    confirm_s: float = 6.0
+    max_confirm_rounds: int = 11
     finalists: int = 4
     # a candidate the model ranks among this many best predictions so far is never given up
     # on after one run: a slow first run of a model favourite is made again

@@ -17,6 +17,7 @@ was busy), and the best stored before the confirmation (another study's, say).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from db.keys import PlanKey
@@ -25,7 +26,7 @@ from db.store import PlanDB
 from search_spaces.candidate import Candidate
 from search_spaces.plans import SEED_NAMES
 
-from autotune.backends.base import Leniency
+from autotune.backends.base import Leniency, calls_per_round
 from autotune.search.config import Confirmation, SearchConfig
 from autotune.search.state import SearchState
 
@@ -99,6 +100,18 @@ def pick_finalists(trials: list[StoredTrial], best: BestPlan | None, config: Sea
             for k, f in found.items()]
 
 
+def confirm_rounds(config: SearchConfig, measured: Sequence[float | None]) -> int:
+    """Rounds of a confirmation of finalists measured at ``measured`` seconds a call:
+    ``config.confirm_rounds`` at least, and more, up to ``config.max_confirm_rounds``, while
+    they all fit in ``config.confirm_s`` (a plan under MIN_ROUND_S runs calls_per_round calls
+    a round, as the confirmation does)."""
+    least = config.confirm_rounds
+    per_round = sum(t * calls_per_round(t) for t in measured if t is not None and t > 0)
+    if least <= 0 or not per_round > 0:
+        return least
+    return max(least, min(config.max_confirm_rounds, int(config.confirm_s / per_round)))
+
+
 def is_confirmed(best: BestPlan | None) -> bool:
     """Whether the stored best plan is the winner of a confirmation."""
     return best is not None and is_confirmation(best.study)
@@ -116,12 +129,12 @@ def confirm(s: SearchState, db: PlanDB, key: PlanKey, study: str, on_trial
             ) -> Confirmation | None:
     """Confirm the finalists of search ``study``; None when nothing was left to confirm or no
     finalist passed (the stored best is then unchanged)."""
-    rounds = s.config.confirm_rounds
     band = s.backend.settings.give_up_at(Leniency(s.noise.spread()))
     finals = pick_finalists(db.trials(key.key, study), db.best(key.key), s.config,
                             frozenset(s.loaded), max(OUT_OF_REACH, band))
     if not finals:
         return None
+    rounds = confirm_rounds(s.config, [f.measured_s for f in finals])
     prog = s.prog
     prog.last = f"confirming {len(finals)} finalists x {rounds} rounds"
     if on_trial:

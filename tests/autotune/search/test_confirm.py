@@ -14,7 +14,7 @@ from autotune.backends.factory import backend_kind
 from autotune.backends.fake import CONFIRM_RUNS, FakeBackend
 from autotune.report.best import best_report
 from autotune.search.confirm import (FASTEST, MODEL, NAMED as NAMED_WHY, OUT_OF_REACH, STORED,
-                                     pick_finalists)
+                                     confirm_rounds, pick_finalists)
 from costmodel import estimate
 from db.records import Status, TrialOutcome, confirmation_study, is_confirmation
 from db.store import PlanDB
@@ -23,7 +23,7 @@ from search_spaces.space import SearchSpace
 
 from tests.support.fake_search import CHEAP, DEV, NAMED, cand_of, fake_key, run
 
-CONFIRMED = dataclasses.replace(CHEAP, budget=12, confirm_rounds=3)
+CONFIRMED = dataclasses.replace(CHEAP, budget=12, confirm_rounds=3, confirm_s=0.0)
 STUDY = "random-seed0"
 
 
@@ -130,6 +130,27 @@ def test_a_search_confirms_its_finalists_once_at_the_end(w, space, fresh_db):
     assert set(keys) <= set(ok)                        # never a failed or pruned candidate
     assert len(keys) == len(set(keys))
     assert result.confirmation.rounds == 3 and len(result.confirmation.finalists) == len(keys)
+
+
+def test_cheap_finalists_get_more_rounds_within_the_budget():
+    config = dataclasses.replace(CHEAP, confirm_rounds=3, confirm_s=6.0, max_confirm_rounds=11)
+    # a plan under MIN_ROUND_S runs for ~MIN_ROUND_S a round (calls_per_round): seven of 4 ms
+    # are 0.7 s a round, eight rounds in 6 s
+    assert confirm_rounds(config, [0.004] * 7) == 8
+    assert confirm_rounds(config, [1e-5] * 3) == 11                 # capped
+    assert confirm_rounds(config, [1.0] * 8) == 3                   # never fewer than asked
+    assert confirm_rounds(config, [0.4, None, 0.6]) == 6            # 6 s / 1 s a round
+    assert confirm_rounds(dataclasses.replace(config, confirm_s=0.0), [1e-5] * 3) == 3
+    assert confirm_rounds(dataclasses.replace(config, confirm_rounds=0), [1e-5]) == 0
+
+
+def test_a_search_of_cheap_plans_confirms_in_more_rounds(w, space, fresh_db):
+    config = dataclasses.replace(CONFIRMED, confirm_s=6.0, max_confirm_rounds=7)
+    result, _, backend = run(w, space, fresh_db, config, FakeBackend(w, DEV, sigma=0.1))
+    (cands, rounds), = backend.confirms
+    # the fake's candidates take their predicted time: gated_mlp's small dims, well under
+    # a millisecond, so the budget allows more than the cap
+    assert rounds == 7 and result.confirmation.rounds == 7
 
 
 # ---- what is stored, and the lucky best replaced ----------------------------------------------
