@@ -156,6 +156,29 @@ def kernel_compute_s(b: int, m: int, n: int, kk: int, p: KernelParams | None, it
     return arith + barriers * dev.kernel.barrier_s
 
 
+# Each call of the micro-kernel (one register tile, one K slice) loads and stores its C tile
+# and sets up its loops: seconds per call and core.  Why: the rate prices flops alone, so the
+# model saw no difference between KC = 64 and KC = 256 where the second makes a quarter of the
+# calls.  Measured on the 2-core AVX-512 host (scratch kernel driver, one process, interleaved
+# rounds, medians): 8 heads of 256 x 32 x 256 (8 x 32 tiles, operands in place) ran 281, 247,
+# 237 and 233 us at KC = 32, 64, 128 and 256 (8192, 4096, 2048 and 1024 calls): 24-33 ns of
+# wall time a call on 2 cores; 256 x 256 x 256 215 against 202 us at KC 64 and 256 (8 x 32)
+# and 213 / 205 (6 x 64); and in attention's cached plan its weighted sum of v ran 108 us at
+# KC = 64 against 97 at KC = 256 (group clocks, 201 interleaved calls).
+MICRO_CALL_S = 50e-9
+
+
+def micro_calls_s(b: int, m: int, n: int, kk: int, p: KernelParams | None, item: int,
+                  dev: DeviceSpec) -> float:
+    """Time of the micro-kernel's calls beyond their flops, spread over the busy cores (no
+    factor of the parameters scales it: :mod:`costmodel.kernel_fit`)."""
+    if p is None or dev.kind != "cpu":
+        return 0.0
+    occ, _ = kernel_threads(b, m, n, kk, p, dev, item)
+    calls = b * math.ceil(m / p.mr) * math.ceil(n / p.nr) * max(1, math.ceil(kk / p.kc))
+    return calls * MICRO_CALL_S / max(occ * max(dev.parallel_units, 1), 1.0)
+
+
 def peak_flops(dev: DeviceSpec, item: int) -> float:
     """The FMA peak for elements of ``item`` bytes (float64: half the lanes); infinite where
     the device's peak is not known (0)."""
@@ -212,7 +235,8 @@ def plain_kernel_parts(b: int, m: int, n: int, kk: int, p: KernelParams, item: i
     compute = kernel_compute_s(b, m, n, kk, p, item, c, dev)
     serial = dev.kind == "cpu" and kernel_serial(b, m, n, kk, item)
     return compute, (moved / dev.bandwidth + kernel_launch_s(dev, serial)
-                     + packed_a_s(b, m, kk, n, p.nc, p.pack_a, dev))
+                     + packed_a_s(b, m, kk, n, p.nc, p.pack_a, dev)
+                     + micro_calls_s(b, m, n, kk, p, item, dev))
 
 
 def plain_kernel_s(b: int, m: int, n: int, kk: int, p: KernelParams, item: int,
@@ -256,6 +280,7 @@ def kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev: Dev
     # A is packed where the parameters say so (a pair's rows: pair_params) and under a prologue
     compute += packed_a_s(b_, m, kk, n, nc, k is None or k.pack_a or parts.prologue_a is not None,
                           dev)
+    compute += micro_calls_s(b_, m, n, kk, k, item, dev)
     # the fused ops' arithmetic: an epilogue once per element of C at the loop rate (applied
     # to the register tile's vectors), a prologue once per element of its operand and packing
     # pass at the scalar rate: the packing routines apply it element by element as they gather
