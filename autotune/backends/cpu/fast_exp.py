@@ -74,7 +74,8 @@ def evaluate(x: np.ndarray, lo: float = -87.0, p=P) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         n = np.maximum(np.rint(e * f32(LOG2E)), f32(N_FLOOR))
         n = np.where(np.isnan(e), f32(np.nan), n)
-        # each fmaf rounds once: float64 holds the exact product and sum of two float32s
+        # fmaf rounds once: the product of two float32s is exact in float64, and the float64
+        # sum rounded to float32 is fmaf's result but for rare double roundings
         r = f32(np.float64(e) - np.float64(n) * np.float64(f32(LN2_HI)))
         r = f32(np.float64(r) + np.float64(n) * np.float64(f32(-LN2_LO)))
         acc = f32(p[-1])
