@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from autotune.backends.cpu.c_poly import c_float, c_horner
+
 LN2_HI = 0.693359375             # 355/512: n * LN2_HI is exact in float32 for |n| < 2^15
 LN2_LO = -2.12194440e-4          # ln2 - LN2_HI, rounded to float32
 LOG2E = 1.44269504
@@ -95,29 +97,17 @@ def max_error(y: np.ndarray, x: np.ndarray, lo: float = -87.0) -> float:
     return float((np.abs(np.asarray(y, np.float64)[ok] - ref[ok]) / ref[ok]).max())
 
 
-def _lit(c: float) -> str:
-    """A float32 literal of C (``1.0f``, never ``1f``)."""
-    text = f"{c:.9g}"
-    return text + ("f" if any(ch in text for ch in ".e") else ".0f")
-
-
-def _horner(coeffs, var: str) -> str:
-    out = _lit(coeffs[-1])
-    for c in coeffs[-2::-1]:
-        out = f"({out} * {var} + {_lit(c)})"
-    return out
-
-
 # AT_EXPf(x): a GNU statement expression; at_exp_lo_f is the file's copy of the floor
 # (codegen.EXP_DECLS)
 EXP_MACRO = (
     "#define AT_EXPf(x) ({ float _e = (x); "
     "_e = _e < at_exp_lo_f ? at_exp_lo_f : _e; "
-    f"_e = _e > {_lit(HI_CLAMP)} ? {_lit(HI_CLAMP)} : _e; "
-    f"float _n = __builtin_rintf(_e * {_lit(LOG2E)}); "
-    f"_n = _n < {_lit(N_FLOOR)} ? {_lit(N_FLOOR)} : _n; "
-    f"float _r = __builtin_fmaf(_n, {_lit(-LN2_LO)}, __builtin_fmaf(_n, {_lit(-LN2_HI)}, _e)); "
+    f"_e = _e > {c_float(HI_CLAMP)} ? {c_float(HI_CLAMP)} : _e; "
+    f"float _n = __builtin_rintf(_e * {c_float(LOG2E)}); "
+    f"_n = _n < {c_float(N_FLOOR)} ? {c_float(N_FLOOR)} : _n; "
+    f"float _r = __builtin_fmaf(_n, {c_float(-LN2_LO)}, "
+    f"__builtin_fmaf(_n, {c_float(-LN2_HI)}, _e)); "
     "union { float f; unsigned u; } _v; "
-    f"_v.f = {_horner(P, '_r')}; "
+    f"_v.f = {c_horner(P, '_r')}; "
     "_v.u += (unsigned)(int)_n << 23; "
-    f"_e > {_lit(OVERFLOW)} ? INFINITY : _v.f; }})\n")
+    f"_e > {c_float(OVERFLOW)} ? INFINITY : _v.f; }})\n")

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from autotune.backends.cpu.c_poly import c_horner
+
 CLAMP = 9.0
 # x P(t) / Q(t), t = x^2, lowest degree first; printed with 9 significant digits (exact for
 # float32) by :func:`fit`'s rounding
@@ -66,24 +68,11 @@ def max_error(y: np.ndarray, x: np.ndarray) -> float:
     return float(max(ab.max(), (ab / np.maximum(np.abs(ref), 1e-30))[x != 0].max()))
 
 
-def _lit(c: float) -> str:
-    """A float32 literal of C (``1.0f``, never ``1f``)."""
-    text = f"{c:.9g}"
-    return text + ("f" if any(ch in text for ch in ".e") else ".0f")
-
-
-def _horner(coeffs, var: str) -> str:
-    out = _lit(coeffs[-1])
-    for c in coeffs[-2::-1]:
-        out = f"({out} * {var} + {_lit(c)})"
-    return out
-
-
 # AT_TANHf(x): a GNU statement expression, as AT_EXPf is (codegen.PRELUDE)
 TANH_MACRO = (
     "#define AT_TANHf(x) ({ float _x = (x); "
     f"_x = _x < -{CLAMP}f ? -{CLAMP}f : (_x > {CLAMP}f ? {CLAMP}f : _x); "
     "float _t = _x * _x; "
-    f"float _y = _x * {_horner(P, '_t')} / {_horner(Q, '_t')}; "
+    f"float _y = _x * {c_horner(P, '_t')} / {c_horner(Q, '_t')}; "
     "_y < -1.0f ? -1.0f : (_y > 1.0f ? 1.0f : _y); })\n"
     "#define AT_TANH(x) tanh(x)\n")

@@ -4,14 +4,15 @@ are its own fit's, and compiled with the generated code's flags it stays within 
 overflow at ln(FLT_MAX), the floor's exp(lo) below it), vectorised and scalar."""
 from __future__ import annotations
 
-import ctypes
 import subprocess
 
 import numpy as np
 
 from autotune.backends.cpu import fast_exp
 from autotune.backends.cpu.codegen import EXP_BOUNDS, PRELUDE
-from autotune.backends.cpu.compiler import CFLAGS, compile_source
+from autotune.backends.cpu.compiler import CFLAGS
+
+from tests.support.float_loops import compiled_loops
 
 BOUND = 1.5e-7        # 2.5 float32 ulps at 1; compiled (with FMAs) it reads 8e-8 here
 LO = EXP_BOUNDS["float32"]
@@ -60,15 +61,7 @@ def test_the_numpy_form_is_within_bound():
 
 
 def _compiled(tmp_path):
-    lib = ctypes.CDLL(str(compile_source(SRC, tmp_path)))
-    ptr = ctypes.POINTER(ctypes.c_float)
-
-    def run(fn, x):
-        x = np.ascontiguousarray(x, np.float32)
-        y = np.full_like(x, 7.0)
-        getattr(lib, fn)(x.ctypes.data_as(ptr), y.ctypes.data_as(ptr), ctypes.c_long(x.size))
-        return y
-    return run
+    return compiled_loops(SRC, tmp_path)
 
 
 def test_the_compiled_macro_is_within_bound_vector_and_scalar(tmp_path):

@@ -3,13 +3,12 @@ are its own fit's, and compiled with the generated code's flags it stays within 
 over every float range, with tanh's values at the edges (0, +-inf, NaN)."""
 from __future__ import annotations
 
-import ctypes
-
 import numpy as np
 
 from autotune.backends.cpu import fast_tanh
 from autotune.backends.cpu.codegen import PRELUDE
-from autotune.backends.cpu.compiler import compile_source
+
+from tests.support.float_loops import compiled_loops
 
 BOUND = 4e-7          # 3.4 float32 ulps at 1; the fit's own figure is 3.74e-7
 
@@ -34,15 +33,7 @@ def test_the_numpy_form_is_within_bound():
 
 
 def _compiled(tmp_path):
-    lib = ctypes.CDLL(str(compile_source(SRC, tmp_path)))
-    ptr = ctypes.POINTER(ctypes.c_float)
-
-    def run(fn, x):
-        x = np.ascontiguousarray(x, np.float32)
-        y = np.full_like(x, 7.0)
-        getattr(lib, fn)(x.ctypes.data_as(ptr), y.ctypes.data_as(ptr), ctypes.c_long(x.size))
-        return y
-    return run
+    return compiled_loops(SRC, tmp_path)
 
 
 def test_the_compiled_macro_is_within_bound_vector_and_scalar(tmp_path):
