@@ -225,6 +225,16 @@ def packed_a_s(b: int, m: int, kk: int, n: int, nc: int, packed: bool, dev: Devi
     return b * m * kk * math.ceil(n / max(nc, 1)) * PACK_A_S / max(dev.parallel_units, 1)
 
 
+def unscaled_s(b: int, m: int, n: int, kk: int, p: KernelParams | None, packed_a: bool,
+               item: int, dev: DeviceSpec) -> float:
+    """The kernel's time that no factor of its parameters scales beyond its traffic and launch:
+    A's packing (where ``packed_a``) and the micro-kernel's calls.  One sum for the plan's
+    groups (:func:`kernel_group`) and the calibration's plain kernel
+    (:func:`plain_kernel_parts`), so the two cannot drift apart."""
+    nc = p.nc if p is not None else max(n, 1)
+    return packed_a_s(b, m, kk, n, nc, packed_a, dev) + micro_calls_s(b, m, n, kk, p, item, dev)
+
+
 def plain_kernel_parts(b: int, m: int, n: int, kk: int, p: KernelParams, item: int,
                        dev: DeviceSpec) -> tuple[float, float]:
     """(arithmetic, the rest: traffic, launch and A's packing) of :func:`plain_kernel_s`;
@@ -235,8 +245,7 @@ def plain_kernel_parts(b: int, m: int, n: int, kk: int, p: KernelParams, item: i
     compute = kernel_compute_s(b, m, n, kk, p, item, c, dev)
     serial = dev.kind == "cpu" and kernel_serial(b, m, n, kk, item)
     return compute, (moved / dev.bandwidth + kernel_launch_s(dev, serial)
-                     + packed_a_s(b, m, kk, n, p.nc, p.pack_a, dev)
-                     + micro_calls_s(b, m, n, kk, p, item, dev))
+                     + unscaled_s(b, m, n, kk, p, p.pack_a, item, dev))
 
 
 def plain_kernel_s(b: int, m: int, n: int, kk: int, p: KernelParams, item: int,
@@ -278,9 +287,8 @@ def kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev: Dev
     copy_bytes = sum(2 * copied * dev.access.transpose_copy for *_, copied in rows)
     compute = kernel_compute_s(b_, m, n, kk, k, item, c_bytes, dev)
     # A is packed where the parameters say so (a pair's rows: pair_params) and under a prologue
-    compute += packed_a_s(b_, m, kk, n, nc, k is None or k.pack_a or parts.prologue_a is not None,
-                          dev)
-    compute += micro_calls_s(b_, m, n, kk, k, item, dev)
+    compute += unscaled_s(b_, m, n, kk, k, k is None or k.pack_a or parts.prologue_a is not None,
+                          item, dev)
     # the fused ops' arithmetic: an epilogue once per element of C at the loop rate (applied
     # to the register tile's vectors), a prologue once per element of its operand and packing
     # pass at the scalar rate: the packing routines apply it element by element as they gather

@@ -3,8 +3,8 @@ to measurements of random legal configurations.  Pure: NumPy arithmetic, no I/O.
 
 The model's time for a configuration (``kernel_cost.plain_kernel_s``) is its arithmetic at the
 kernel's rate times one factor per parameter choice that applies, plus its barriers, its
-traffic and A's packing (which no factor scales, so they are taken off the measurement
-first).  In logs the factors are linear:
+traffic, A's packing and the micro-kernel's calls (which no factor scales, so they are taken
+off the measurement first).  In logs the factors are linear:
 ``ln((measured - traffic - barriers) / neutral) = c0 + sum(c_i * flag_i)``,
 where ``neutral`` is the model's arithmetic with every factor at 1; least squares gives the c_i
 (the factors are ``exp(c_i)``) and c0 (the kernel's rate is the assumed one over ``exp(c0)``).
@@ -63,7 +63,7 @@ def fit_kernel_costs(samples: list[KernelSample], dev: DeviceSpec, item: int = 4
     flags = [_flags(s, item, dev) for s in samples]
     used = [f for f in FACTORS if 0 < sum(fl[f] for fl in flags) < len(samples)]
     x = np.array([[1.0] + [float(fl[f]) for f in used] for fl in flags])
-    # the traffic, A's packing and the barriers (no rate or factor in them) off each
+    # the traffic, A's packing, the calls and the barriers (no rate or factor in them) off each
     # measurement, never below a tenth of it: what is left is the arithmetic, which the
     # factors scale
     rest = [plain_kernel_parts(*s.shape, s.params, item, dev)[1] for s in samples]
