@@ -12,6 +12,7 @@ group where j innermost runs 6 ms; q and k stored [h][d][i|j]: 23 -> 8 ms.  The 
 from __future__ import annotations
 
 from .chain import WALKED, Chain
+from .ir import Access, Binary, Const, Expr, Unary, accesses
 from .footprint import strides
 from .workload import Workload
 
@@ -33,3 +34,74 @@ def walk_innermost(w: Workload, chain: Chain, name: str, common: str, layout_of)
     ``common``: memory contiguous along the walk, strided along ``common``."""
     return (walks_strided(w, chain, name, common, layout_of)
             and not walks_strided(w, chain, name, WALKED, layout_of))
+
+
+def shared_rows(w: Workload, chain: Chain) -> list[str]:
+    """The chain's row dims (common names) that no walked operand reads: rows that differ only
+    there read the same keys and values (attention's query rows i, not its heads h), so a tile
+    can run several of them over one load of each block."""
+    rows = [c for c in chain.common(chain.anchor).values() if c.startswith("r")]
+    walked: set[str] = set()
+    for name in chain.members:
+        names = chain.common(name)
+        for a in w.op(name).reads():
+            if a.tensor in chain.members:
+                continue
+            used = {names[i] for i in a.idx}
+            if WALKED in used:
+                walked |= used
+    return [c for c in rows if c not in walked]
+
+
+def row_step(w: Workload, chain: Chain, extents: dict[str, int], acc: int) -> tuple[str, int]:
+    """(row dim, rows) a CPU chain tile advances at once: the shared row with most points in
+    the tile (``extents``: common name -> the tile's extent), 8 rows while a row's accumulators
+    (``acc`` values) fit two vector registers' worth or so, 4 beyond, none where no row is
+    shared or the tile holds one.  Why 8: attention's chain (S=256, H=8, D=32, blocks of 64)
+    as standalone C ran 0.27 ms at 4 rows and 0.23 ms at 8, 16 spilled (0.47 ms); one row at a
+    time, the generated group ran 1.19 ms (2-core AVX-512 host, scratch prototype)."""
+    rows = [c for c in shared_rows(w, chain) if extents.get(c, 1) > 1]
+    if not rows:
+        return "", 1
+    dim = max(rows, key=lambda c: extents[c])
+    return dim, min(8 if acc <= 64 else 4, extents[dim])
+
+
+def _along(e: Expr, names: dict[str, str], common: str) -> bool:
+    return any(common in (names[i] for i in a.idx) for a in accesses(e))
+
+
+def vectorisable(e: Expr, names: dict[str, str], common: str) -> bool:
+    """Whether ``e`` (an op's expression, ``names`` its index -> common name) can run on
+    vectors along ``common``: arithmetic over accesses and constants; a function or a where()
+    of a value that varies along it cannot."""
+    if isinstance(e, (Const, Access)):
+        return True
+    if isinstance(e, Unary):
+        return vectorisable(e.x, names, common)
+    if isinstance(e, Binary):
+        return vectorisable(e.a, names, common) and vectorisable(e.b, names, common)
+    return not _along(e, names, common)
+
+
+def vector_score(w: Workload, chain: Chain, name: str, block: int, layout_of) -> bool:
+    """Whether score op ``name`` sums over its own index into vector registers, a vector of
+    the walk at a time (autotune.backends.chain_loops.ChainLoops.vector_score): a reduction
+    with the walk innermost, arithmetic only, blocks of whole vectors."""
+    op = w.op(name)
+    if not op.reduction or block % 16:
+        return False
+    names = chain.common(name)
+    return (walk_innermost(w, chain, name, names[op.reduction[-1]], layout_of)
+            and vectorisable(op.expr, names, WALKED))
+
+
+def vector_update(w: Workload, chain: Chain, free: list[str], acc: int, layout_of) -> bool:
+    """Whether the contraction's accumulators (``free``: its free dims' common names, ``acc``
+    per row) stay in vector registers over a block (ChainLoops.vector_update): one free dim,
+    contiguous in memory, whole vectors, at most 64 values a row."""
+    if not chain.contraction or len(free) != 1 or acc % 16 or acc > 64:
+        return False
+    inner, _ = chain.contraction_parts(w.op(chain.contraction))
+    return (vectorisable(inner, chain.common(chain.contraction), free[0])
+            and not walks_strided(w, chain, chain.contraction, free[0], layout_of))

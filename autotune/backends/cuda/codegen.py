@@ -231,7 +231,7 @@ class _KernelEmitter(LoopEmitter):
 class _ChainKernel(ChainLoops, _KernelEmitter):
     """A chain group (autotune.backends.chain_loops): one thread per row of the tile, its block
     buffers and accumulators in the thread's own arrays; no shared memory."""
-    simd = simd_sum = ""
+    simd = simd_sum = simd_max = ""
     all_bounds = True
 
     def __init__(self, w: Workload, cand: Candidate, g: Group, mats: set[str], block: int,
