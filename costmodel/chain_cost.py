@@ -13,21 +13,34 @@ import math
 
 from search_spaces.chain import WALKED, Chain
 from search_spaces.chain_mask import masks_of, skipped_fraction
-from search_spaces.chain_walk import walk_innermost, walks_strided
+from search_spaces.chain_walk import (row_step, vector_score, vector_update, walk_innermost,
+                                     walks_strided)
 from search_spaces.footprint import tile_dealing, tile_sizes
 
 from .devices import DeviceSpec
+from .kernel_cost import peak_flops
 from .estimate import FusedProducer, GroupCost
 from .rates import loop_launch_s, loop_occupancy, read_waste, tile_overhead_s, transcendental_weight
 
 
-def chain_buffer_elems(chain: Chain, block: int, anchor, tiles) -> int:
-    """Elements of one thread's buffers: a block per score op, the block's scores and
-    exponentials, and the accumulators of one row of the tile."""
+def _row_acc(chain: Chain, anchor, tiles) -> tuple[dict[str, int], int]:
+    """(the tile's extent per common name, the accumulators of one row of the tile)."""
     common = chain.common(anchor.out)
     eff = tile_sizes(anchor, tiles)
-    acc = math.prod(e for i, e in zip(anchor.parallel, eff) if common[i].startswith("x"))
-    return block * (len(chain.scores) + 2) + acc
+    box = {common[i]: e for i, e in zip(anchor.parallel, eff)}
+    return box, math.prod(e for c, e in box.items() if c.startswith("x"))
+
+
+def cpu_rows(w, chain: Chain, anchor, tiles) -> int:
+    """Rows a CPU chain tile advances at once (search_spaces.chain_walk.row_step)."""
+    box, acc = _row_acc(chain, anchor, tiles)
+    return row_step(w, chain, box, acc)[1]
+
+
+def chain_buffer_elems(chain: Chain, block: int, anchor, tiles, rows: int = 1) -> int:
+    """Elements of one thread's buffers: per row of a step (``rows``), a block per score op,
+    the block's scores and exponentials, and the row's accumulators."""
+    return rows * (block * (len(chain.scores) + 2) + _row_acc(chain, anchor, tiles)[1])
 
 
 def _lanes(w, chain: Chain, name: str, block: int, box: dict, layout_of,
@@ -56,6 +69,34 @@ def _lanes(w, chain: Chain, name: str, block: int, box: dict, layout_of,
                                                               layout_of) else vec
 
 
+# The share of the FMA peak a chain's products reach with their sums in vector registers and
+# four or more rows a step: attention's chain (S=256, H=8, D=32, blocks of 64 and 128, 8 rows,
+# both products in registers; 67 MFLOP and 0.5 M exponentials) ran 0.28-0.32 ms in its plan
+# (2-core AVX-512 host, 474 GFLOP/s peak), of which the model gives the softmax's part
+# 0.11 ms: the products' 0.18-0.20 ms are 0.7-0.8 of the peak.
+VECTOR_EFFICIENCY = 0.7
+
+
+def vector_rate(dev: DeviceSpec, item: int, step: int) -> float:
+    """Flop rate of a chain product held in vector registers, ``step`` rows at a time (fewer
+    than 4 rows reload the walked operand's vectors for every one or two multiply-adds)."""
+    return peak_flops(dev, item) * VECTOR_EFFICIENCY * min(1.0, step / 4)
+
+
+def _vector_members(w, chain: Chain, block: int, box, acc: int, layout_of,
+                    dev: DeviceSpec) -> tuple[set[str], int]:
+    """(the members whose products run in vector registers, rows a step) on a CPU
+    (autotune.backends.chain_loops); none on a GPU, whose chain runs a row a thread."""
+    if dev.kind != "cpu":
+        return set(), 1
+    step = row_step(w, chain, box, acc)[1]
+    vec = {n for n in chain.scores if vector_score(w, chain, n, block, layout_of)}
+    free = [c for c in chain.common(chain.anchor).values() if c.startswith("x")]
+    if vector_update(w, chain, free, acc, layout_of):
+        vec.add(chain.contraction)
+    return vec, step
+
+
 def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: DeviceSpec,
                 item: int) -> GroupCost:
     anchor = w.op(chain.anchor)
@@ -77,6 +118,7 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
     kept = 1.0 - (skipped_fraction(masks, tuple((c, e) for c, e in ext.items()
                                                 if c.startswith("r")), chain.extent, block)
                   if masks else 0.0)
+    vec, step = _vector_members(w, chain, block, box, acc, layout_of, dev)
     flops = recomputed = trans = compute_s = 0.0
     moved = unique = 0.0
     seen: set[str] = set()
@@ -90,8 +132,13 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
         flops += runs * f
         trans += runs * t
         recomputed += (runs - op.iterations) * f
-        compute_s += runs * (f + transcendental_weight(op.expr, dev)) \
-            / (dev.loop_flops * _lanes(w, chain, name, block, box, layout_of, dev))
+        if name in vec:
+            # one multiply-add per point: the factors constant along the vector (attention's
+            # 1/sqrt(D) on q) are hoisted out of the walk by the compiler
+            compute_s += runs * 2 / vector_rate(dev, item, step)
+        else:
+            compute_s += runs * (f + transcendental_weight(op.expr, dev)) \
+                / (dev.loop_flops * _lanes(w, chain, name, block, box, layout_of, dev))
         names = chain.common(name)
         for a in op.reads():
             if a.tensor in chain.members:

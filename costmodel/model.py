@@ -22,7 +22,7 @@ from search_spaces.partition import Group, groups, materialized
 from search_spaces.rewrite import rewritten
 from search_spaces.workload import Workload
 
-from .chain_cost import chain_buffer_elems, chain_group
+from .chain_cost import chain_buffer_elems, chain_group, cpu_rows
 from .cuda_limits import limit_penalty_s
 from .devices import DeviceSpec
 from .estimate import CostEstimate, FusedProducer, GroupCost
@@ -318,8 +318,10 @@ def memory_bytes(w: Workload, cand: Candidate, threads: int) -> int:
         if sched.impl == IMPL_KERNEL:
             extra = max(extra, kernel_copy_bytes(w, fused, g.anchor, layout_of, item))
         elif sched.chain_block:
-            per_thread = chain_buffer_elems(chains[g.anchor], sched.chain_block,
-                                            w.op(g.anchor), sched.tiles) * item
+            ch, anchor = chains[g.anchor], w.op(g.anchor)
+            rows = cpu_rows(w, ch, anchor, sched.tiles) if threads else 1
+            per_thread = chain_buffer_elems(ch, sched.chain_block, anchor, sched.tiles,
+                                            rows) * item
             extra = max(extra, per_thread * max(threads, 0))
         elif cand.stack(g.anchor):
             extra = max(extra, stack_copy_bytes(w, cand.stack(g.anchor), item))
