@@ -22,8 +22,10 @@ from search_spaces.chain_mask import SKIP_MARGIN, c_never, mask_value, masks_of
 from search_spaces.chain_walk import row_step, vector_score, vector_update, walk_innermost
 from search_spaces.ir import Access
 
+from .chain_vectors import ChainVectors
 
-class ChainLoops:
+
+class ChainLoops(ChainVectors):
     """Prints one chain group; call :meth:`setup_chain` after the emitter's ``__init__``.
 
     A language sets ``neg_inf`` (its -infinity), ``simd`` (the pragma that vectorises a loop,
@@ -67,25 +69,7 @@ class ChainLoops:
         # chain tensors are block buffers or running values, not memory
         if isinstance(e, Access) and e.tensor in self.subst:
             return self.subst[e.tensor]
-        if self.vloads and isinstance(e, Access) and self._along(e, var, self.vloads):
-            return f"at_vload{self.suf}(&{super().expr(e, var)})"
         return super().expr(e, var)
-
-    # while printing vector code: the common index (the walk, or a free dim) along which
-    # accesses load a vector of consecutive elements
-    vloads = ""
-
-    @staticmethod
-    def _along(e: Access, var, common: str) -> bool:
-        return f"c_{common}" in (var.get(i) for i in e.idx)
-
-    def vector_expr(self, e, var, common: str) -> str:
-        """``e`` with every access along ``common`` a vector load."""
-        self.vloads = common
-        try:
-            return self.expr(e, var)
-        finally:
-            self.vloads = ""
 
     def chain_buffers(self) -> list[tuple[str, int]]:
         B, R = self.block, self.R
@@ -179,31 +163,6 @@ class ChainLoops:
         return [f"{ind}/* {op.text()} */"] + self.per_row(ind, lambda i: self.jloop(
             i, f"{T} _a = 0;\n" + "\n".join(i + "    " + x for x in inner)
             + f"\n{i}    {slot} = _a;"))
-
-    def vector_score(self, t: str, red, rng, var, ind: str) -> list[str]:
-        """A score summed over its own index into vector registers: per chunk of the block
-        (one or two vectors of the walk), every row of the step holds its sums in registers
-        while the reduction runs innermost, each vector of the walked operand loaded once for
-        all rows.  Why: written as loops over buffers, GCC kept the rows' sums in memory (a
-        load, a multiply-add and a store per vector): attention's chain ran 0.33 ms against
-        0.23 ms with the sums in registers (scratch prototypes, 2-core AVX-512 host)."""
-        I, V, B, L = self.itype, f"AT_VEC{self.suf}", self.n(self.block), f"AT_VL{self.suf}"
-        ix = "rr" if self.R > 1 else "0"
-        vbody = self.vector_expr(self.w.op(t).expr, var, WALKED)
-        jj = f"const {I} c_{WALKED} = jb + c_jv + _v * {L};"
-        deep = ind + "  " * (len(red) + 1)
-        update = [f"{deep}for (int _v = 0; _v < _nv; _v++) {{ {jj}"] + self.per_row(
-            deep + "  ", lambda i: [f"{i}_s[{ix}][_v] += {vbody};"]) + [f"{deep}}}"]
-        out = [f"{ind}{{ enum {{ _nv = {self.block} >= 2 * {L} ? 2 : 1 }};",
-               f"{ind}for ({I} c_jv = 0; c_jv < {B}; c_jv += _nv * {L}) {{",
-               f"{ind}  {V} _s[{self.R}][_nv];",
-               f"{ind}  for (int _r = 0; _r < {self.R}; _r++) for (int _v = 0; _v < _nv; _v++) "
-               f"_s[_r][_v] = ({V}){{0}};"]
-        out += self.nest(red, rng, var, ind + "  ", "\n" + "\n".join(update))
-        out += [f"{ind}  for (int _v = 0; _v < _nv; _v++) {{ {jj}"]
-        out += self.per_row(ind + "    ", lambda i: [
-            f"{i}__builtin_memcpy(&{self.slot(f'S_{t}')}, &_s[{ix}][_v], sizeof(_s[0][0]));"])
-        return out + [f"{ind}  }}", f"{ind}}} }}"]
 
     # ---- the tile ----------------------------------------------------------------------------
     def rows_open(self, ind: str) -> tuple[list[str], str]:
@@ -322,29 +281,6 @@ class ChainLoops:
         inner = self.per_row(ind + "    ",
                              lambda i: self.dnest(f"{self.acc()} += {o};", i))
         return self.jloop(ind, "\n" + "\n".join(inner) + "\n" + ind)
-
-    def vector_update(self, inner, var, ind: str) -> list[str]:
-        """The accumulators' update with a step's accumulators in vector registers over the
-        block (loaded from ``ACC`` before it, stored after): written as loops over ``ACC``,
-        GCC loaded and stored them around every multiply-add (attention's chain 0.36 ms
-        against 0.28 ms, scratch prototypes, 2-core AVX-512 host)."""
-        I, V, L = self.itype, f"AT_VEC{self.suf}", f"AT_VL{self.suf}"
-        x = self.free[0][1]
-        lo = self.cbounds[x][0]
-        A, R, ix = self.n(self.acc_size), self.R, "rr" if self.R > 1 else "0"
-        o = self.vector_expr(inner, var, x)
-        size = "sizeof(_o[0][0])"
-        out = [f"{ind}{{ enum {{ _nx = {self.acc_size} / {L} }};",
-               f"{ind}{V} _o[{R}][_nx];",
-               f"{ind}for (int _r = 0; _r < {R}; _r++) for (int _x = 0; _x < _nx; _x++) "
-               f"__builtin_memcpy(&_o[_r][_x], &ACC[_r*{A} + _x*{L}], {size});"]
-        upd = [f"{ind}  for (int _x = 0; _x < _nx; _x++) {{ const {I} c_{x} = {lo} + _x * {L};"]
-        upd += self.per_row(ind + "    ", lambda i: [f"{i}_o[{ix}][_x] += {o};"])
-        upd += [f"{ind}  }}"]
-        out += self.jloop(ind, "\n" + "\n".join(upd) + "\n" + ind)
-        out.append(f"{ind}for (int _r = 0; _r < {R}; _r++) for (int _x = 0; _x < _nx; _x++) "
-                   f"__builtin_memcpy(&ACC[_r*{A} + _x*{L}], &_o[_r][_x], {size});")
-        return out + [f"{ind}}}"]
 
     def chain_tile(self, ind: str = "    ") -> list[str]:
         ch, T = self.chain, self.ctype

@@ -49,9 +49,15 @@ def model_favourites(w, space, dev, config: SearchConfig, seen: set[str],
             continue
         cand, params, opts = build_with_defaults(space, params)
         best = score(cand)
+        # each start keeps to its family: the chained plan's descent keeps its chains on (its
+        # first step turned attention's chain off, the one change the cheaper unchained plans
+        # already cover, before the layouts that make the walk fast were ever tried)
+        fixed = "chain:" if start == "chained" else None
         for _ in range(config.climb_rounds):
             improved = False
             for name in sorted(opts):
+                if fixed and name.startswith(fixed):
+                    continue
                 for o in opts.get(name, []):
                     if o == params.get(name):
                         continue
