@@ -83,7 +83,7 @@ def vector_rate(dev: DeviceSpec, item: int, step: int) -> float:
     return peak_flops(dev, item) * VECTOR_EFFICIENCY * min(1.0, step / 4)
 
 
-def _vector_members(w, chain: Chain, block: int, box, acc: int, layout_of,
+def _vector_members(w, chain: Chain, block: int, box, ext, acc: int, layout_of,
                     dev: DeviceSpec) -> tuple[set[str], int]:
     """(the members whose products run in vector registers, rows a step) on a CPU
     (autotune.backends.chain_loops); none on a GPU, whose chain runs a row a thread."""
@@ -92,7 +92,7 @@ def _vector_members(w, chain: Chain, block: int, box, acc: int, layout_of,
     step = row_step(w, chain, box, acc)[1]
     vec = {n for n in chain.scores if vector_score(w, chain, n, block, layout_of)}
     free = [c for c in chain.common(chain.anchor).values() if c.startswith("x")]
-    if vector_update(w, chain, free, acc, layout_of):
+    if vector_update(w, chain, free, acc, ext.get(free[0], 0) if free else 0, layout_of):
         vec.add(chain.contraction)
     return vec, step
 
@@ -118,7 +118,7 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
     kept = 1.0 - (skipped_fraction(masks, tuple((c, e) for c, e in ext.items()
                                                 if c.startswith("r")), chain.extent, block)
                   if masks else 0.0)
-    vec, step = _vector_members(w, chain, block, box, acc, layout_of, dev)
+    vec, step = _vector_members(w, chain, block, box, ext, acc, layout_of, dev)
     flops = recomputed = trans = compute_s = 0.0
     moved = unique = 0.0
     seen: set[str] = set()

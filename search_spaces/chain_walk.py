@@ -86,21 +86,24 @@ def vectorisable(e: Expr, names: dict[str, str], common: str) -> bool:
 
 def vector_score(w: Workload, chain: Chain, name: str, block: int, layout_of) -> bool:
     """Whether score op ``name`` sums over its own index into vector registers, a vector of
-    the walk at a time (autotune.backends.chain_loops.ChainLoops.vector_score): a reduction
-    with the walk innermost, arithmetic only, blocks of whole vectors."""
+    the walk at a time (autotune.backends.chain_vectors.ChainVectors.vector_score): a
+    reduction with the walk innermost, arithmetic only, blocks of whole vectors that divide the
+    walk (a vector never reads past its end)."""
     op = w.op(name)
-    if not op.reduction or block % 16:
+    if not op.reduction or block % 16 or chain.extent % block:
         return False
     names = chain.common(name)
     return (walk_innermost(w, chain, name, names[op.reduction[-1]], layout_of)
             and vectorisable(op.expr, names, WALKED))
 
 
-def vector_update(w: Workload, chain: Chain, free: list[str], acc: int, layout_of) -> bool:
+def vector_update(w: Workload, chain: Chain, free: list[str], acc: int, extent: int,
+                  layout_of) -> bool:
     """Whether the contraction's accumulators (``free``: its free dims' common names, ``acc``
-    per row) stay in vector registers over a block (ChainLoops.vector_update): one free dim,
-    contiguous in memory, whole vectors, at most 64 values a row."""
-    if not chain.contraction or len(free) != 1 or acc % 16 or acc > 64:
+    per row of a tile, ``extent`` the free dim's) stay in vector registers over a block
+    (ChainVectors.vector_update): one free dim, contiguous in memory, whole vectors in tiles
+    that divide it, at most 64 values a row."""
+    if not chain.contraction or len(free) != 1 or acc % 16 or acc > 64 or extent % acc:
         return False
     inner, _ = chain.contraction_parts(w.op(chain.contraction))
     return (vectorisable(inner, chain.common(chain.contraction), free[0])

@@ -268,8 +268,9 @@ class ChainLoops(ChainVectors):
         inner, _ = ch.contraction_parts(w.op(ch.contraction))
         var = self.cvars(ch.contraction)
         o = self.expr(inner, var)
-        if self.vector_walk and vector_update(w, ch, [c for _, c in self.free], self.acc_size,
-                                              self.layout_of):
+        if self.vector_walk and len(self.free) == 1 and vector_update(
+                w, ch, [self.free[0][1]], self.acc_size,
+                self.anchor.out_shape[self.free[0][0]], self.layout_of):
             return self.vector_update(inner, var, ind)
         if self.free and self.walk_innermost(ch.contraction, self.free[-1][1]):
             # each accumulator a dot product over the block, the walk vectorised

@@ -139,6 +139,33 @@ def test_cost_model_prices_the_rescale_and_the_saved_bytes():
         w, named_plan(space, "unfused"), 4)
 
 
+def test_cpu_chain_products_in_vector_registers_are_priced_near_the_fma_peak():
+    # attention's chained plan with k stored [h][d][j]: the scores run a vector of the walk at
+    # a time and the accumulators stay in registers, 8 query rows a step; stored [j][h][d]
+    # each score is a dot product over d at the loop rate
+    from dataclasses import replace
+    from costmodel.chain_cost import VECTOR_EFFICIENCY, _vector_members
+    from costmodel.devices import CPU_DEFAULT
+    w = load_workload("attention", {"S": 256, "H": 8, "D": 32, "C": 256})
+    base = chained_plan(SearchSpace(w))
+    fast = replace(base, layouts=tuple(sorted({**dict(base.layouts), "k": (0, 2, 1)}.items())))
+    (chain,) = detect(w).values()
+    sched = fast.schedule("o")
+    common = chain.common("o")
+    box = {common[i]: t for i, t in zip(w.op("o").parallel, sched.tiles)}
+    ext = {common[i]: e for i, e in zip(w.op("o").parallel, w.op("o").out_shape)}
+    vec, step = _vector_members(w, chain, 64, box, ext, 32, lambda t: fast.layout(t, 3),
+                                CPU_DEFAULT)
+    assert vec == {"s", "o"} and step == 8
+    assert _vector_members(w, chain, 64, box, ext, 32, lambda t: fast.layout(t, 3),
+                           preset("a100")) == (set(), 1)
+    pred = {name: next(g for g in costmodel.estimate(w, c, CPU_DEFAULT).groups
+                       if g.chain).predicted_s for name, c in (("fast", fast), ("base", base))}
+    assert pred["fast"] < pred["base"] / 2
+    # the two products alone at the vector rate bound the fast chain from below
+    assert pred["fast"] > 4 * 256 * 256 * 8 * 32 / (CPU_DEFAULT.f32_flops * VECTOR_EFFICIENCY)
+
+
 def _with_block(cand, block):
     from dataclasses import replace
     return replace(cand, schedules=tuple(

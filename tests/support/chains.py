@@ -56,6 +56,17 @@ e[h,i,j]   = exp(t[h,i,j] - m[h,i])
 l[h,i]    += e[h,i,j]
 o[h,i,c]  += e[h,i,j] * v[h,j,c] / l[h,i]
 """
+# cross-attention: T query rows against S keys stored [h][c][j] (contiguous along the walk),
+# a window mask on the scores; the query rows are shared by every key, so a CPU tile steps
+# several of them at once (T not a multiple of the step: the last step repeats a row)
+CROSS = """
+s[h,i,j]  += q[h,i,c] * k[h,c,j] * 0.25
+t[h,i,j]   = where(j <= i + 20, s[h,i,j], -1e9)
+m[h,i]   max= t[h,i,j]
+e[h,i,j]   = exp(t[h,i,j] - m[h,i])
+l[h,i]    += e[h,i,j]
+o[h,i,d]  += e[h,i,j] * v[h,j,d] / l[h,i]
+"""
 BROKEN = {
     # the exponential times the score: not exp(X - m)
     "times_score": ("p[i,j]    = exp(x[i,j] - m[i])", "p[i,j] = exp(x[i,j] - m[i]) * x[i,j]"),
@@ -127,3 +138,10 @@ def broken(key: str) -> Workload:
     old, new = BROKEN[key]
     assert old in PLAIN
     return plain(4, 4, 4, PLAIN.replace(old, new))
+
+
+def cross(h: int = 2, t: int = 13, s: int = 64, c: int = 8, d: int = 16,
+          dtype: str = "float64") -> Workload:
+    return chain_workload(CROSS, ["o"], {"H": h, "T": t, "S": s, "C": c, "D": d},
+                          {"q": ["H", "T", "C"], "k": ["H", "C", "S"], "v": ["H", "S", "D"]},
+                          "cross", dtype=dtype)

@@ -13,9 +13,11 @@ from autotune.backends.cpu.codegen import generate
 from autotune.backends.cpu.executor import CompiledPlan
 from autotune.reference import reference
 from search_spaces import load_workload
+from search_spaces.chain import detect
+from search_spaces.chain_walk import shared_rows
 from search_spaces.plans import chained_plan
 from search_spaces.space import SearchSpace
-from tests.support.chains import band, biased, inline, lse, plain
+from tests.support.chains import band, biased, cross, inline, lse, plain
 from tests.support.searches import search_rows
 
 WORKLOADS = {
@@ -30,6 +32,7 @@ WORKLOADS = {
     "causal_long": lambda: load_workload("causal_attention", {"S": 70, "H": 1, "D": 4, "C": 8}),
     "inline": lambda: inline(5, 35, 3),
     "band": lambda: band(2, 37, 4),
+    "cross": lambda: cross(s=37),
 }
 
 
@@ -156,3 +159,25 @@ def test_emulated_cuda_walk_innermost_matches_reference(tmp_path):
     out = CudaPlan(w, cand, tmp_path, runtime=HostEmulator(threads=4))(**inputs)
     _, why = verify(out, reference(w, inputs), w.rtol)
     assert not why, why
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_cpu_chain_steps_shared_rows_with_sums_in_vector_registers(dtype, tmp_path):
+    # the query rows i are read by no walked operand (k, v): a tile runs 8 of them at once
+    # (13 rows: the second step repeats the last), the scores summed over c into vector
+    # registers (k contiguous along j, blocks dividing S) and the accumulators over d too
+    w = cross(dtype=dtype)
+    (chain,) = detect(w).values()
+    assert shared_rows(w, chain) == [chain.common("o")["d1"]]
+    space = SearchSpace(w)
+    inputs = w.random_inputs(seed=7)
+    ref = reference(w, inputs)
+    for block in space.chain_blocks("o"):
+        cand = space.build(lambda n, opts: 1 if n.startswith("chain:") else block
+                           if n.startswith("chain_block:") else opts[-1])
+        src, _ = generate(w, cand)
+        suf = "f" if dtype == "float32" else ""
+        assert "8 rows at once" in src and f"at_vload{suf}(&G_k[" in src \
+            and f"at_vload{suf}(&G_v[" in src and "_o[rr][_x] +=" in src, src
+        _, why = verify(CompiledPlan(w, cand, tmp_path)(**inputs), ref, w.rtol)
+        assert not why, f"block {block}: {why}"

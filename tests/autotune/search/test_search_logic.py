@@ -357,3 +357,21 @@ def test_the_model_favourites_spread_over_structures_and_predictions(small):
     assert all(b > a * (1 + TIE) for a, b in zip(preds, preds[1:]))
     sigs = [structure(c) for c in favs]
     assert max(sigs.count(s) for s in sigs) <= PER_STRUCTURE
+
+
+def test_the_chained_plans_climb_keeps_its_chain_and_lays_the_keys_along_the_walk():
+    # from the chained plan the climb's first improvement used to be turning the chain off
+    # (its keys stored [j][h][d] make every score a dot product); kept on, the climb stores
+    # k [h][d][j] and the chain's products run in vector registers: the model's favourite
+    from autotune.api import space_for
+    from costmodel.devices import CPU_DEFAULT
+    from search_spaces import load_workload
+    w = load_workload("attention", {})
+    space = space_for(w, "cpu")
+    config = dataclasses.replace(CHEAP, model_pool=0, climb_rounds=2)
+    favs = model_favourites(w, space, CPU_DEFAULT, config, set())
+    best = favs[0]
+    assert any(s.chain_block for s in best.schedules), best.to_json()
+    assert best.layout("k", 3) == (0, 2, 1)
+    assert estimate(w, best, CPU_DEFAULT).total_s < MODEL_MARGIN * min(
+        estimate(w, c, CPU_DEFAULT).total_s for c in seed_plans(space))
