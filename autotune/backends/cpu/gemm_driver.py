@@ -7,7 +7,7 @@ from __future__ import annotations
 from search_spaces.kernel import SPLIT_BATCH
 from search_spaces.serial import c_condition
 
-from autotune.backends.cpu.codegen import PRELUDE
+from autotune.backends.cpu.prelude import PRELUDE
 from autotune.backends.cpu.gemm_kernel import (STORE_COLS, STORE_ROWS, KernelSpec, half_at,
                                                macro_source, may_skip_a, may_skip_b,
                                                micro_kernel, packers, pair_packer)

@@ -19,7 +19,8 @@ from typing import Callable
 import numpy as np
 
 from autotune.backends.buffers import aligned_full
-from autotune.backends.cpu.codegen import PRELUDE, _Emitter
+from autotune.backends.cpu.codegen import _Emitter
+from autotune.backends.cpu.prelude import PRELUDE
 from autotune.backends.cpu.executor import compile_source
 from autotune.backends.loops import COMMON_FUNCTIONS
 
