@@ -19,7 +19,8 @@ import math
 
 from search_spaces.chain import WALKED, Chain
 from search_spaces.chain_mask import SKIP_MARGIN, c_never, mask_value, masks_of
-from search_spaces.chain_walk import row_step, vector_score, vector_update, walk_innermost
+from search_spaces.chain_walk import (row_step, step_group, vector_score, vector_update,
+                                     walk_innermost)
 from search_spaces.ir import Access
 
 from .chain_vectors import ChainVectors
@@ -58,8 +59,12 @@ class ChainLoops(ChainVectors):
         self.rdim, self.R = row_step(self.w, chain, {c: self.eff[k] for k, c in
                                                      enumerate(self.adims)},
                                      self.acc_size) if row_steps else ("", 1)
+        self.G = 1          # steps of a group, each block walked for all of them in turn
         if self.R > 1:      # the stepped rows innermost: a block's operands serve them all
             self.rows = [c for c in self.rows if c != self.rdim] + [self.rdim]
+            self.G = step_group(self.R, self.acc_size,
+                                self.eff[self.adims.index(self.rdim)],
+                                4 if self.w.dtype == "float32" else 8)
 
     # ---- pieces ------------------------------------------------------------------------------
     def cvars(self, op: str) -> dict[str, str]:
@@ -74,7 +79,7 @@ class ChainLoops(ChainVectors):
     def chain_buffers(self) -> list[tuple[str, int]]:
         B, R = self.block, self.R
         return [(f"S_{t}", B * R) for t in self.chain.scores] + \
-            [("XB", B * R), ("PB", B * R), ("ACC", max(self.acc_size, 1) * R)]
+            [("XB", B * R), ("PB", B * R), ("ACC", max(self.acc_size, 1) * R * self.G)]
 
     # ---- one row, or one of a step's rows (``rr``) ---------------------------------------------
     def slot(self, buf: str) -> str:
@@ -84,12 +89,27 @@ class ChainLoops(ChainVectors):
 
     def acc(self) -> str:
         """The accumulator of the current free point, in this row's part."""
-        lead = f"rr*{self.n(max(self.acc_size, 1))} + " if self.R > 1 else ""
+        lead = f"{self.srow('rr')}*{self.n(max(self.acc_size, 1))} + " if self.R > 1 else ""
         return f"ACC[{lead}{self.dpos()}]"
 
     def run(self, name: str) -> str:
         """A running value (``m_run``, ``l_run``) of this row."""
-        return f"{name}[rr]" if self.R > 1 else name
+        return f"{name}[{self.srow('rr')}]" if self.R > 1 else name
+
+    def srow(self, rr: str) -> str:
+        """The group's row ``rr`` of the current step: where its running values are."""
+        return f"(_st*{self.R} + {rr})" if self.R > 1 else rr
+
+    def steps(self, ind: str, make) -> list[str]:
+        """``make(indent)``'s lines once per step of the group (``c_<row>_0`` set), the steps
+        past the tile's end left out; as they are for one row at a time."""
+        if self.R == 1:
+            return make(ind)
+        I, c = self.itype, f"c_{self.rdim}"
+        hi = self.cbounds[self.rdim][1]
+        return ([f"{ind}for ({I} _st = 0; _st < {self.G}; _st++) {{",
+                 f"{ind}  const {I} {c}_0 = {c}_g + _st*{self.R}; if ({c}_0 >= {hi}) break;"]
+                + make(ind + "  ") + [f"{ind}}}"])
 
     def per_row(self, ind: str, make) -> list[str]:
         """``make(indent)``'s lines once per row of the step, ``c_<row>`` set (the step's rows
@@ -172,14 +192,14 @@ class ChainLoops(ChainVectors):
         for c in self.rows:
             if c == self.rdim and self.R > 1:
                 lo, hi = self.cbounds[c]
-                out.append(f"{ind}for ({self.itype} c_{c}_0 = {lo}; c_{c}_0 < {hi}; "
-                           f"c_{c}_0 += {self.R}) {{")
+                out.append(f"{ind}for ({self.itype} c_{c}_g = {lo}; c_{c}_g < {hi}; "
+                           f"c_{c}_g += {self.R * self.G}) {{")
             else:
                 out.append(f"{ind}{self.loop_head('c_' + c, *self.cbounds[c])} {{")
             ind += "  "
         if self.R > 1:
             T = self.ctype
-            out.append(f"{ind}{T} m_run[{self.R}], l_run[{self.R}];")
+            out.append(f"{ind}{T} m_run[{self.R * self.G}], l_run[{self.R * self.G}];")
         return out, ind
 
     def rows_close(self, ind: str) -> list[str]:
@@ -194,10 +214,10 @@ class ChainLoops(ChainVectors):
 
         A block a mask covers adds exp(c - m) == 0 to every sum once the running max is
         SKIP_MARGIN above the masks' constants c: skipping it is exact.  The walk starts at the
-        first block no mask covers (for any of a step's rows) and wraps around, so that the
-        covered blocks before it (a band's, a window's) come after a real max too; a step skips
-        a block only where every row may."""
-        ch, T, I, R = self.chain, self.ctype, self.itype, self.R
+        first block no mask covers (for any row of a group of steps) and wraps around, so that
+        the covered blocks before it (a band's, a window's) come after a real max too; a step
+        skips a block only where every row of it may."""
+        ch, I, R = self.chain, self.itype, self.R
         B = self.n(self.block)
         never = " || ".join(c_never(m, lambda c: f"c_{c}", "jb", "(je - 1)", self.n)
                             for m in self.masks)
@@ -208,22 +228,29 @@ class ChainLoops(ChainVectors):
             out.append(f"{ind}for (; b0 + 1 < {nb}; ++b0) {{ {span} if (!({never})) break; }}")
         else:
             out += [f"{ind}for (; b0 + 1 < {nb}; ++b0) {{ {span} int _any = 0;"]
-            out += self.per_row(ind + "  ", lambda i: [f"{i}_any |= ({never});"])
+            out += self.steps(ind + "  ", lambda i: self.per_row(
+                i, lambda i2: [f"{i2}_any |= ({never});"]))
             out.append(f"{ind}  if (!_any) break; }}")
         out.append(f"{ind}for ({I} bk = 0; bk < {nb}; ++bk) {{")
         ind += "  "
         out.append(f"{ind}const {I} jb = ((bk + b0) % {nb}) * {B};")
         out.append(f"{ind}{self.block_end()}")
+        return out, ind
+
+    def skip_check(self, ind: str) -> list[str]:
+        """Skips the block (for a step: for all its rows) where a mask covers it and the
+        running max is past the masks' constants."""
+        T = self.ctype
+        never = " || ".join(c_never(m, lambda c: f"c_{c}", "jb", "(je - 1)", self.n)
+                            for m in self.masks)
         top = mask_value(self.masks)
         value = self.neg_inf if math.isinf(top) else f"(({T}){top!r})"
-        skip = lambda i: f"{self.run('m_run')} - {value} > (({T}){SKIP_MARGIN!r}) && ({never})"
-        if R == 1:
-            out.append(f"{ind}if ({skip(ind)}) continue;")
-        else:
-            out.append(f"{ind}{{ int _all = 1;")
-            out += self.per_row(ind + "  ", lambda i: [f"{i}if (!({skip(i)})) _all = 0;"])
-            out.append(f"{ind}  if (_all) continue; }}")
-        return out, ind
+        skip = f"{self.run('m_run')} - {value} > (({T}){SKIP_MARGIN!r}) && ({never})"
+        if self.R == 1:
+            return [f"{ind}if ({skip}) continue;"]
+        return ([f"{ind}{{ int _all = 1;"]
+                + self.per_row(ind + "  ", lambda i: [f"{i}if (!({skip})) _all = 0;"])
+                + [f"{ind}  if (_all) continue; }}"])
 
     def softmax_step(self, ind: str) -> list[str]:
         """One row's part of a block: its max, the rescale of its sum and accumulators, its
@@ -292,9 +319,10 @@ class ChainLoops(ChainVectors):
         out += rows
         if self.R == 1:
             out.append(f"{ind}{T} m_run = {self.neg_inf}, l_run = 0;")
-        out += self.per_row(ind, lambda i: (
-            [f"{i}m_run[rr] = {self.neg_inf}; l_run[rr] = 0;"] if self.R > 1 else [])
-            + (self.dnest(f"{self.acc()} = 0;", i) if ch.contraction else []))
+        out += self.steps(ind, lambda i0: self.per_row(i0, lambda i: (
+            [f"{i}{self.run('m_run')} = {self.neg_inf}; {self.run('l_run')} = 0;"]
+            if self.R > 1 else [])
+            + (self.dnest(f"{self.acc()} = 0;", i) if ch.contraction else [])))
         if self.masks:
             head, ind = self.masked_walk(ind)
             out += head
@@ -302,16 +330,23 @@ class ChainLoops(ChainVectors):
             out.append(f"{ind}for ({self.itype} jb = 0; jb < {J}; jb += {B}) {{")
             ind += "  "
             out.append(f"{ind}{self.block_end()}")
+        out += self.steps(ind, self.block_step)
+        ind = ind[:-2]
+        out.append(f"{ind}}}")
+        out += self.steps(ind, lambda i: self.per_row(i, self.finals))
+        return out + self.rows_close(ind)
+
+    def block_step(self, ind: str) -> list[str]:
+        """One block of the walk for one row, or for the rows of a step."""
+        ch = self.chain
+        out = self.skip_check(ind) if self.masks else []
         for t in ch.scores:
             self.subst = {s: self.slot(f"S_{s}") for s in ch.scores}
             out += self.score(t, ind)
         out += self.per_row(ind, self.softmax_step)
         if ch.contraction:
             out += self.contraction_step(ind)
-        ind = ind[:-2]
-        out.append(f"{ind}}}")
-        out += self.per_row(ind, self.finals)
-        return out + self.rows_close(ind)
+        return out
 
     def finals(self, ind: str) -> list[str]:
         """The division by the final sum and every write of the group (one row)."""

@@ -76,11 +76,11 @@ class ChainVectors:
         out = [f"{ind}{{ enum {{ _nx = {self.acc_size} / {L} }};",
                f"{ind}{V} _o[{R}][_nx];",
                f"{ind}for (int _r = 0; _r < {R}; _r++) for (int _x = 0; _x < _nx; _x++) "
-               f"__builtin_memcpy(&_o[_r][_x], &ACC[_r*{A} + _x*{L}], {size});"]
+               f"__builtin_memcpy(&_o[_r][_x], &ACC[{self.srow('_r')}*{A} + _x*{L}], {size});"]
         upd = [f"{ind}  for (int _x = 0; _x < _nx; _x++) {{ const {I} c_{x} = {lo} + _x * {L};"]
         upd += self.per_row(ind + "    ", lambda i: [f"{i}_o[{ix}][_x] += {o};"])
         upd += [f"{ind}  }}"]
         out += self.jloop(ind, "\n" + "\n".join(upd) + "\n" + ind)
         out.append(f"{ind}for (int _r = 0; _r < {R}; _r++) for (int _x = 0; _x < _nx; _x++) "
-                   f"__builtin_memcpy(&ACC[_r*{A} + _x*{L}], &_o[_r][_x], {size});")
+                   f"__builtin_memcpy(&ACC[{self.srow('_r')}*{A} + _x*{L}], &_o[_r][_x], {size});")
         return out + [f"{ind}}}"]
