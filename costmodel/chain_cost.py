@@ -12,10 +12,10 @@ from __future__ import annotations
 import math
 
 from search_spaces.chain import WALKED, Chain
-from search_spaces.chain_mask import masks_of, skipped_fraction
 from search_spaces.chain_walk import (row_step, vector_score, vector_update, walk_innermost,
                                      walks_strided)
 from search_spaces.footprint import tile_dealing, tile_sizes
+from search_spaces.tile_work import dealt_share, masked_chain_work
 
 from .devices import DeviceSpec
 from .kernel_cost import peak_flops
@@ -114,11 +114,10 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
     acc = chain_buffer_elems(chain, block, anchor, tiles) - block * (len(chain.scores) + 2)
     # blocks a where() mask covers are skipped (search_spaces.chain_mask): the walk's work
     # shrinks by their share, the rest (epilogue, writes) does not
-    masks = masks_of(w, chain)
-    kept = 1.0 - (skipped_fraction(masks, tuple((c, e) for c, e in ext.items()
-                                                if c.startswith("r")), chain.extent, block)
-                  if masks else 0.0)
     vec, step = _vector_members(w, chain, block, box, ext, acc, layout_of, dev)
+    rdim = row_step(w, chain, box, acc)[0] if dev.kind == "cpu" else ""
+    masked = masked_chain_work(w, chain, tuple(eff), block, rdim, step)
+    kept = masked[1] if masked else 1.0
     flops = recomputed = trans = compute_s = 0.0
     moved = unique = 0.0
     seen: set[str] = set()
@@ -161,8 +160,13 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
     compute_s += rescale * (3 + acc + dev.functions.weight("exp", dev.transcendental_flops)) \
         / dev.loop_flops
     occupancy, serial = loop_occupancy(w, chain.members, n_tiles, dev)
-    compute_s /= occupancy
-    _, chunk = tile_dealing(anchor.out_shape, tuple(eff), tuple(layout_of(chain.anchor)), item)
+    order, chunk = tile_dealing(anchor.out_shape, tuple(eff), tuple(layout_of(chain.anchor)),
+                                item)
+    if masked and dev.kind == "cpu" and not serial:
+        # masked tiles are unequal: the slowest thread's share, dealt as the code does
+        compute_s *= dealt_share(masked[0], order, chunk, dev.parallel_units)
+    else:
+        compute_s /= occupancy
     overhead_s = tile_overhead_s(dev, n_tiles, chunk, len(chain.members))
     memory_s = moved / (dev.bandwidth * (occupancy if serial else 1.0))
     bound = "compute" if compute_s + overhead_s >= memory_s else "memory"

@@ -12,7 +12,6 @@ margin keeps this exact, not approximate: ``exp(-800)`` underflows to 0 in float
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 from .chain import WALKED, Chain
@@ -78,42 +77,22 @@ def mask_value(masks: tuple[Mask, ...]) -> float:
     return max(m.value for m in masks)
 
 
-@functools.lru_cache(maxsize=256)
-def skipped_fraction(masks: tuple[Mask, ...], rows: tuple[tuple[str, int], ...], extent: int,
-                     block: int) -> float:
-    """About which share of the (row, block) pairs of the walk one of the masks lets it skip:
-    the conditions' row indices sampled at up to 16 evenly spaced values (a model, not a
-    count)."""
-    cond_idx = {i for m in masks for i in m.cond.indices}
-    used = [(r, e) for r, e in rows if r in cond_idx]
-    grids = [sorted({round(k * (e - 1) / 15) for k in range(16)}) for _, e in used]
-    points = [dict()]
-    for (r, _), grid in zip(used, grids):
-        points = [{**p, r: v} for p in points for v in grid]
-    skipped = total = 0
-    for p in points:
-        for jb in range(0, extent, block):
-            box = {r: (v, v) for r, v in p.items()}
-            box[WALKED] = (jb, min(jb + block, extent) - 1)
-            total += 1
-            skipped += any(m.cond.on_box(box) is m.masked_when for m in masks)
-    return skipped / total if total else 0.0
-
-
-def c_never(mask: Mask, var, lo: str, hi: str, n) -> str:
+def c_never(mask: Mask, var, lo: str, hi: str, n, rows: dict | None = None) -> str:
     """A C-family test that the mask covers the whole block ``[lo, hi]`` of the walked index
-    for the current row (``var``: common name -> source variable, ``n``: integer literals):
-    the condition's difference is linear, so its ends bound it."""
+    for the current row (``var``: common name -> source variable, ``n``: integer literals), or
+    for every row of a box (``rows``: common name -> (first, last) source expressions): the
+    condition's difference is linear, so its ends over the box bound it."""
     d = mask.diff
-
-    def at(j: str) -> str:
-        terms = [f"{n(k)}*{j if i == WALKED else var(i)}" for i, k in d.terms]
-        return "(" + " + ".join(terms + [n(d.offset)]) + ")"
-    a, b = at(lo), at(hi)
-    mn, mx = f"({a} < {b} ? {a} : {b})", f"({a} < {b} ? {b} : {a})"
+    box = {**(rows or {}), WALKED: (lo, hi)}
+    mn, mx = [n(d.offset)], [n(d.offset)]
+    for i, k in d.terms:
+        a, b = box.get(i, (var(i), var(i)))
+        mn.append(f"{n(k)}*{a if k > 0 else b}")
+        mx.append(f"{n(k)}*{b if k > 0 else a}")
+    mn, mx = "(" + " + ".join(mn[1:] + mn[:1]) + ")", "(" + " + ".join(mx[1:] + mx[:1]) + ")"
     holds = {"<": (f"{mx} < 0", f"{mn} >= 0"), "<=": (f"{mx} <= 0", f"{mn} > 0"),
              ">": (f"{mn} > 0", f"{mx} <= 0"), ">=": (f"{mn} >= 0", f"{mx} < 0"),
              "==": (f"({mn} == 0 && {mx} == 0)", f"({mn} > 0 || {mx} < 0)"),
              "!=": (f"({mn} > 0 || {mx} < 0)", f"({mn} == 0 && {mx} == 0)")}[mask.cond.op]
-    # masked everywhere: the condition always equals masked_when over the block
+    # masked everywhere: the condition always equals masked_when over the box
     return holds[0] if mask.masked_when else holds[1]

@@ -241,16 +241,24 @@ class ChainLoops(ChainVectors):
         """Skips the block (for a step: for all its rows) where a mask covers it and the
         running max is past the masks' constants."""
         T = self.ctype
-        never = " || ".join(c_never(m, lambda c: f"c_{c}", "jb", "(je - 1)", self.n)
-                            for m in self.masks)
         top = mask_value(self.masks)
         value = self.neg_inf if math.isinf(top) else f"(({T}){top!r})"
-        skip = f"{self.run('m_run')} - {value} > (({T}){SKIP_MARGIN!r}) && ({never})"
+        past = f"{self.run('m_run')} - {value} > (({T}){SKIP_MARGIN!r})"
         if self.R == 1:
-            return [f"{ind}if ({skip}) continue;"]
-        return ([f"{ind}{{ int _all = 1;"]
-                + self.per_row(ind + "  ", lambda i: [f"{i}if (!({skip})) _all = 0;"])
-                + [f"{ind}  if (_all) continue; }}"])
+            never = " || ".join(c_never(m, lambda c: f"c_{c}", "jb", "(je - 1)", self.n)
+                                for m in self.masks)
+            return [f"{ind}if ({past} && ({never})) continue;"]
+        # a step's rows at once: one test of the mask over the step's box (the per-row tests
+        # took 6 % of a causal chain on one core), then each row's running max
+        I, c = self.itype, f"c_{self.rdim}"
+        hi = self.cbounds[self.rdim][1]
+        last = f"({c}_0 + {self.R - 1} < {hi} ? {c}_0 + {self.R - 1} : {hi} - 1)"
+        box = " || ".join(c_never(m, lambda c: f"c_{c}", "jb", "(je - 1)", self.n,
+                                  {self.rdim: (f"{c}_0", "_last")}) for m in self.masks)
+        return ([f"{ind}{{ const {I} _last = {last};",
+                 f"{ind}  if ({box}) {{ int _all = 1;"]
+                + self.per_row(ind + "    ", lambda i: [f"{i}if (!({past})) _all = 0;"])
+                + [f"{ind}    if (_all) continue; }} }}"])
 
     def softmax_step(self, ind: str) -> list[str]:
         """One row's part of a block: its max, the rescale of its sum and accumulators, its

@@ -181,3 +181,29 @@ def test_explain_shows_the_chain():
     j = CliRunner().invoke(app, ["explain", "attention", "--plan", "chained", "--format",
                                  "json", "--dims", "S=128,H=2,D=16,C=32"])
     assert any("chain" in g for g in json.loads(j.stdout)["groups"])
+
+
+def test_masked_chain_is_priced_at_its_slowest_thread():
+    # 512 query rows under j <= i + 20 in two tiles: the later tile walks about three times
+    # the blocks of the earlier, and one of two cores runs it alone; in 4 or 16 tiles dealt
+    # heaviest first both cores finish together.  A mask that covers nothing leaves the
+    # tiles equal and the price the same in every tiling.
+    from dataclasses import replace
+    from costmodel.devices import CPU_DEFAULT
+    from tests.support.chains import CROSS, chain_workload
+    pred = {}
+    for cond in ("j <= i + 20", "j <= i + 1000"):
+        w = chain_workload(CROSS.replace("j <= i + 20", cond), ["o"],
+                           {"H": 1, "T": 512, "S": 512, "C": 32, "D": 32},
+                           {"q": ["H", "T", "C"], "k": ["H", "C", "S"], "v": ["H", "S", "D"]},
+                           dtype="float32")
+        base = chained_plan(SearchSpace(w))
+        for t in (256, 128, 32):
+            c = replace(base, schedules=tuple(replace(s, tiles=(1, t, 32)) if s.chain_block
+                                              else s for s in base.schedules))
+            pred[cond, t] = next(g for g in costmodel.estimate(w, c, CPU_DEFAULT).groups
+                                 if g.chain).predicted_s
+    assert pred["j <= i + 20", 256] > 1.25 * pred["j <= i + 20", 128]
+    assert pred["j <= i + 20", 128] == pytest.approx(pred["j <= i + 20", 32], rel=0.02)
+    assert pred["j <= i + 20", 128] < 0.75 * pred["j <= i + 1000", 128]
+    assert pred["j <= i + 1000", 256] == pytest.approx(pred["j <= i + 1000", 32], rel=0.02)

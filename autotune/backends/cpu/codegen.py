@@ -22,6 +22,7 @@ from search_spaces.footprint import accumulates_in_tile, strides, tile_dealing
 from search_spaces.inlining import inlined_members
 from search_spaces.ir import Access
 from search_spaces.serial import loop_group_serial
+from search_spaces.tile_work import dealing_order, masked_chain_work
 from search_spaces.workload import Workload
 
 from autotune.backends.buffers import ALIGN
@@ -259,6 +260,10 @@ class _Emitter(LoopEmitter):
                        for mp in self.plans
                        if mp.op not in self.inlined and self.private_width(mp)]
 
+    def tile_table(self, order: list[int], chunk: int) -> list[int] | None:
+        """Flat tile indices in the order they are dealt, or None for the loops' order."""
+        return None
+
     def tile_body(self) -> list[str]:
         self.lines = []
         for mp in self.plans:
@@ -291,10 +296,22 @@ class _Emitter(LoopEmitter):
         order, chunk = tile_dealing(self.anchor.out_shape, tuple(self.eff),
                                     tuple(self.layout_of(g.anchor)),
                                     np.dtype(self.w.dtype).itemsize)
-        head.append(f"  #pragma omp for schedule(dynamic, {chunk}){collapse}" if nd else "")
-        loops = "".join(f"  for (long t{k} = 0; t{k} < {self.ntile[k]}L; t{k}++)\n"
-                        for k in order)
-        head.append(loops + "  {")
+        table = self.tile_table(order, chunk) if nd else None
+        if table is not None:
+            # tiles dealt in a listed order (a masked chain's, heaviest first)
+            head.insert(0, f"static const int TILES_{index}[{len(table)}] = "
+                           f"{{{', '.join(map(str, table))}}};")
+            head.append(f"  #pragma omp for schedule(dynamic, {chunk})")
+            head.append(f"  for (long _tt = 0; _tt < {len(table)}L; _tt++) {{")
+            head.append(f"    const long _t = TILES_{index}[_tt];")
+            for k in range(nd):
+                inner = math.prod(self.ntile[k + 1:])
+                head.append(f"    const long t{k} = _t / {inner}L % {self.ntile[k]}L;")
+        else:
+            head.append(f"  #pragma omp for schedule(dynamic, {chunk}){collapse}" if nd else "")
+            loops = "".join(f"  for (long t{k} = 0; t{k} < {self.ntile[k]}L; t{k}++)\n"
+                            for k in order)
+            head.append(loops + "  {")
         for k in range(nd):
             head.append(self.tile_bounds(k, "    "))
         body = self.tile_body()
@@ -319,6 +336,13 @@ class _ChainEmitter(ChainLoops, _Emitter):
 
     def tile_buffers(self) -> list[tuple[str, int]]:
         return self.chain_buffers()
+
+    def tile_table(self, order: list[int], chunk: int) -> list[int] | None:
+        # a masked chain's tiles are unequal: heaviest first (search_spaces.tile_work)
+        masked = masked_chain_work(self.w, self.chain, tuple(self.eff), self.block, self.rdim,
+                                   self.R)
+        ids = dealing_order(masked[0], order) if masked else None
+        return None if ids is None else [int(i) for i in ids]
 
     def tile_body(self) -> list[str]:
         return self.chain_tile()

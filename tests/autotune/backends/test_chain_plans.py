@@ -186,3 +186,36 @@ def test_cpu_chain_steps_shared_rows_with_sums_in_vector_registers(dtype, t, d, 
             and f"at_vload{suf}(&G_v[" in src and "_o[rr][_x] +=" in src, src
         _, why = verify(CompiledPlan(w, cand, tmp_path)(**inputs), ref, w.rtol)
         assert not why, f"block {block}: {why}"
+
+
+# (step, block) pairs each tile of 16 query rows walks, steps of 8 rows, 4 blocks of 16 keys:
+# j <= i + 20: 5, 7, 8, 8, 4 (the last tile's 6 rows are one step); j >= i - 3: 8, 7, 5, 3, 1
+@pytest.mark.parametrize("cond,order", [("j <= i + 20", [2, 3, 1, 0, 4]),
+                                        ("j >= i - 3", [0, 1, 2, 3, 4])])
+def test_masked_chain_deals_its_heaviest_tiles_first(cond, order, tmp_path):
+    # 70 query rows in 5 tiles; a step tests the mask once over its rows (then each row's
+    # running max)
+    from search_spaces.candidate import Candidate
+    from tests.support.chains import CROSS, chain_workload
+    w = chain_workload(CROSS.replace("j <= i + 20", cond), ["o"],
+                       {"H": 1, "T": 70, "S": 64, "C": 8, "D": 16},
+                       {"q": ["H", "T", "C"], "k": ["H", "C", "S"], "v": ["H", "S", "D"]},
+                       dtype="float32")
+    space = SearchSpace(w)
+    cand = space.build(lambda n, opts: 1 if n.startswith("chain:") else 16
+                       if n.startswith("chain_block:") else opts[-1])
+    d = cand.to_dict()
+    (sched,) = [s for s in d["schedules"] if s.get("chain_block")]
+    sched["tiles"] = [1, 16, 16]
+    cand = Candidate.from_dict(d)
+    src, _ = generate(w, cand)
+    table = re.search(r"static const int TILES_\d+\[5\] = \{([\d, ]+)\};", src)
+    assert table, src
+    assert [int(x) for x in table.group(1).split(",")] == order
+    # the box's bound takes the step's last row (j <= i + 20) or its first (j >= i - 3)
+    assert re.search(r"if \(\(1L\*jb \+ -1L\*_last \+ -20L\) > 0\) \{ int _all = 1;"
+                     if cond.startswith("j <=") else
+                     r"if \(\(1L\*\(je - 1\) \+ -1L\*c_r1_0 \+ 3L\) < 0\) \{ int _all = 1;", src)
+    inputs = w.random_inputs(seed=3)
+    _, why = verify(CompiledPlan(w, cand, tmp_path)(**inputs), reference(w, inputs), w.rtol)
+    assert not why, why
