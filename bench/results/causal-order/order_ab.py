@@ -4,6 +4,7 @@ the tiles dealt in loop order, and the same chain without the mask; each compile
 object and timed by drv.c in one process, 41 interleaved rounds (medians)."""
 import autotune  # noqa: F401  (first: sets up the library before numpy)
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -42,8 +43,9 @@ srcs["loop_order"] = srcs["heavy_first"].replace(
 libs = []
 for tag, src in srcs.items():
     src = src.replace(re.search(r"void (group_\d+)\(", src).group(1), "group_3")
-    libs.append(str(compile_source(src, out)))
-    print(tag, libs[-1])
+    so = out / f"{tag}.so"
+    shutil.copyfile(compile_source(src, out), so)
+    libs.append(str(so))
 subprocess.run(["gcc", "-O2", "-fopenmp", str(here / "drv.c"), "-o", str(out / "drv"), "-ldl"],
                check=True)
 print(f"tiles of {rows} rows:", flush=True)
