@@ -296,8 +296,12 @@ def main(argv: list[str] | None = None) -> int:
     # our plans
     kernels_dir = root / "kernels"
     for name, cand in plans.items():
+        # the plan-wide default, and each library contraction's own where the search chose one
         info = contenders[name] = {"kind": "plan", "predicted_s": predicted[name],
-                                   "precision": precision_of(w), "candidate": cand.to_dict()}
+                                   "precision": precision_of(w), "candidate": cand.to_dict(),
+                                   "gemm_precisions": {s.anchor: s.precision or precision_of(w)
+                                                       for s in cand.schedules
+                                                       if s.impl == "library"}}
         if name.startswith("best#"):
             info["measured_s_in_search"] = searched[int(name[5:])][1]
         try:

@@ -12,6 +12,7 @@ import math
 
 from search_spaces.candidate import IMPL_KERNEL, IMPL_LIBRARY, Candidate
 from search_spaces.chain import detect
+from search_spaces.precision import default_precision
 from search_spaces.footprint import (conflicting, footprint_shape, footprints, item_bytes,
                                      lines_between, nest_extents, plan_group, revisited_far,
                                      strides, tile_dealing, write_strides, writes_in_place)
@@ -29,7 +30,7 @@ from .estimate import CostEstimate, FusedProducer, GroupCost
 from .kernel_cost import kernel_copy_bytes, kernel_group
 from .memo import GroupMemo
 from .rates import (LINE_ELEMS, PAGE_BYTES, gemm_rate, library_launch_s, loop_launch_s,
-                    loop_occupancy, read_waste, regions_waste, tile_overhead_s,
+                    loop_occupancy, precision_rate, read_waste, regions_waste, tile_overhead_s,
                     transcendental_weight, write_waste)
 from .stack_cost import stack_copy_bytes, stacked_group
 
@@ -86,7 +87,8 @@ def estimate(w: Workload, cand: Candidate, dev: DeviceSpec) -> CostEstimate:
             if stack[0] == g.anchor:
                 out.append(stacked_group(w, stack, layout_of, dev, item))
         elif sched.impl == IMPL_LIBRARY:
-            out.append(_library_group(w, g, layout_of, dev, item))
+            out.append(_library_group(w, g, layout_of, dev, item,
+                                      sched.precision or default_precision(w)))
         elif sched.impl == IMPL_KERNEL:
             out.append(_MEMO.price(
                 ("kernel", w.hash, dev, item, g, frozenset(fused), sched.kernel), layout_of,
@@ -112,7 +114,8 @@ def _roofline(flops_eq: float, rate: float, bytes_: float, dev: DeviceSpec, laun
     return max(compute, memory) + launches * library_launch_s(dev), bound
 
 
-def _library_group(w, g: Group, layout_of, dev: DeviceSpec, item: int) -> GroupCost:
+def _library_group(w, g: Group, layout_of, dev: DeviceSpec, item: int,
+                   precision: str = "fp32") -> GroupCost:
     op = w.op(g.anchor)
     form = gemm_form(op)
     # the CPU executor batches over the output's outer indices, the other operand broadcast,
@@ -137,12 +140,20 @@ def _library_group(w, g: Group, layout_of, dev: DeviceSpec, item: int) -> GroupC
     if form.scale != 1.0:
         # the executor applies a contraction's scale in a pass over the smallest of A, B, C
         copy_bytes += 2 * item * min(b_ * m * k, b_ * k * n, b_ * m * n)
-    t, bound = _roofline(flops, gemm_rate(dev, b_, m, n, k), bytes_, dev, 1)
+    rate, products = precision_rate(dev, precision, gemm_rate(dev, b_, m, n, k))
+    launches = 1
+    if products > 1:
+        # the split: A and B read once, their high and low parts written; each product reads
+        # its operands, each after the first reads C back
+        copy_bytes += 3 * item * (b_ * m * k + b_ * k * n)
+        bytes_ += (products - 1) * (item * (b_ * m * k + b_ * k * n) + 2 * item * b_ * m * n)
+        launches += products + 1
+    t, bound = _roofline(flops * products, rate, bytes_, dev, launches)
     t += copy_bytes / dev.bandwidth
     return GroupCost(ops=(op.out,), anchor=op.out, impl=IMPL_LIBRARY, tiles=(),
                      predicted_s=t, flops=flops, recomputed_flops=0.0, transcendentals=0.0,
-                     bytes=bytes_ + copy_bytes, unique_bytes=bytes_, launches=1, bound=bound,
-                     fused=())
+                     bytes=bytes_ + copy_bytes, unique_bytes=bytes_, launches=launches,
+                     bound=bound, fused=())
 
 
 def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int) -> GroupCost:

@@ -11,6 +11,7 @@ import math
 from dataclasses import fields, is_dataclass
 
 from search_spaces.ir import TRANSCENDENTAL, Call, Expr
+from search_spaces.precision import TF32_PRODUCTS
 from search_spaces.serial import loop_group_serial
 
 from .devices import DeviceSpec
@@ -59,6 +60,25 @@ def gemm_efficiency(dev: DeviceSpec, b: int, m: int, n: int, k: int) -> float:
 def gemm_rate(dev: DeviceSpec, b: int, m: int, n: int, k: int) -> float:
     """flop/s of that library GEMM on ``dev``."""
     return dev.gemm_flops * gemm_efficiency(dev, b, m, n, k)
+
+
+# The share of the tensor-core (TF32) peak a library GEMM reaches, against the share of the
+# float32 peak that ``gemm_flops`` gives the SIMT one: datasheet reasoning until `autotune
+# calibrate --device cuda` measures it (cuBLAS's large TF32 GEMMs on A100/H100 are reported at
+# 60-70 % of the tensor-core peak; its SIMT SGEMMs at ~80-90 % of the FMA peak).
+TENSOR_CORE_SHARE = 0.65
+
+
+def precision_rate(dev: DeviceSpec, precision: str, simt_rate: float) -> tuple[float, int]:
+    """(flop/s of a library GEMM in ``precision``, the products it takes): ``simt_rate`` for
+    float32 and float64, the tensor-core rate scaled like it by shape for "tf32", the same
+    shared by three products for "3xtf32" (search_spaces.precision).  A device without tensor
+    cores runs every precision as float32."""
+    products = TF32_PRODUCTS.get(precision, 0)
+    if not products or dev.tf32_flops <= 0 or dev.gemm_flops <= 0:
+        return simt_rate, 1
+    shape = simt_rate / dev.gemm_flops         # the shape law's factor
+    return dev.tf32_flops * TENSOR_CORE_SHARE * shape, products
 
 
 def pattern_waste(spread: float, ratio: float) -> float:

@@ -37,6 +37,9 @@ def params_of(space: SearchSpace, cand: Candidate) -> dict[str, object] | None:
             else:                   # is any of its sibling set stacked
                 sib = next(s for s in space.siblings if s.anchor == anchor)
                 val = int(any(set(st) <= set(sib.members) for st in cand.stacks))
+        elif kind == "precision":
+            sched = next((s for s in cand.schedules if s.anchor == rest), None)
+            val = (sched.precision if sched is not None else "") or opts[0]
         elif kind in ("fuse", "pair"):
             p, c = rest.split("->")
             val = int((p, c) in fused)

@@ -24,12 +24,15 @@ class GroupSchedule:
     ``library`` or ``kernel``; a ``kernel`` group carries its kernel's parameters.
     ``chain_block``: for a group that is an online-softmax chain (search_spaces.chain) walked in
     blocks of its reduced index, the block size; 0 for every other group.
+    ``precision``: for a library contraction, its arithmetic (search_spaces.precision: "fp32",
+    "3xtf32", "tf32"); "" for the workload's default.
     """
     anchor: str
     tiles: tuple[int, ...]
     impl: str = IMPL_LOOP
     kernel: KernelParams | None = None
     chain_block: int = 0
+    precision: str = ""
 
     def to_dict(self) -> dict:
         d = {"anchor": self.anchor, "tiles": list(self.tiles), "impl": self.impl}
@@ -38,13 +41,16 @@ class GroupSchedule:
             d["kernel"] = self.kernel.to_dict()
         if self.chain_block:
             d["chain_block"] = self.chain_block
+        if self.precision:
+            d["precision"] = self.precision
         return d
 
     @staticmethod
     def from_dict(d: dict) -> "GroupSchedule":
         kern = KernelParams.from_dict(d["kernel"]) if d.get("kernel") else None
         return GroupSchedule(d["anchor"], tuple(int(t) for t in d["tiles"]),
-                             d.get("impl", IMPL_LOOP), kern, int(d.get("chain_block", 0)))
+                             d.get("impl", IMPL_LOOP), kern, int(d.get("chain_block", 0)),
+                             str(d.get("precision", "")))
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from .kernel import KernelBounds
 from .kernel_space import ask_kernel_fusions, kernel_params, kernel_question_options
 from .orders import OrderChoices, order_choices
 from .partition import groups, materialized, repair
+from .precision import precision_options
 from .rewrite import Orders, rewrite
 from .siblings import sibling_sets, stack_layout, stackable
 from .space_spec import edges_of
@@ -46,7 +47,9 @@ from .workload import Workload
 # 7: pairs in the kernel (pair:p2->c, a second contraction into a kernel epilogue,
 #    kernel_fusion.pair_of).
 # 8: no KC slices under 64 (the kernel:ANCHOR:kc choices of few-row products, search_spaces.kernel).
-SPACE_VERSION = "8"
+# 9: a library contraction's arithmetic on a backend with tensor cores (the precision:ANCHOR
+#    parameters, GroupSchedule.precision, search_spaces.precision).
+SPACE_VERSION = "9"
 UNSPLIT = "none"          # the order:STMT answer that leaves the statement as written
 Choose = Callable[[str, Sequence], object]
 
@@ -57,12 +60,15 @@ class TileBounds:
     allows the generated contraction kernel, for a backend that has one (None: no ``kernel``
     impl in the space); ``chains``: whether its code generator runs online-softmax chains
     (search_spaces.chain), so that its spaces offer them; ``stacks``: whether its executor
-    runs sibling contractions stacked as one library GEMM (search_spaces.siblings)."""
+    runs sibling contractions stacked as one library GEMM (search_spaces.siblings);
+    ``precisions``: the arithmetics its library contractions may run in beyond the workload's
+    default (search_spaces.precision), each offered where the workload's tolerance admits it."""
     lo: int = 1
     hi: int = 256
     kernel: KernelBounds | None = None
     chains: bool = True
     stacks: bool = False
+    precisions: tuple[str, ...] = ()
 
 
 class SearchSpace:
@@ -106,6 +112,8 @@ class SearchSpace:
         self.chains = detect(w) if bounds.chains and spec.get("chains", True) else {}
         # `stacks = false` in [space] likewise turns sibling stacking off
         self.siblings = sibling_sets(w) if bounds.stacks and spec.get("stacks", True) else ()
+        # the default first; a question only where there is a choice
+        self.precisions = precision_options(w, bounds.precisions)
 
     # ---- contraction orders --------------------------------------------------------------
     def variant(self, orders: Orders) -> "SearchSpace":
@@ -151,6 +159,8 @@ class SearchSpace:
             return [0, 1] if tuple(rest.split("->")) in self.edges else None
         if kind == "stack":
             return [0, 1] if any(s.anchor == rest for s in self.siblings) else None
+        if kind == "precision":
+            return self.precisions if rest in self.library_ok else None
         if kind == "layout":
             return self.layout_options(rest) if rest in self.w.shapes else None
         if kind == "tile":
@@ -320,7 +330,11 @@ class SearchSpace:
                                             IMPL_KERNEL, params))
                 continue
             if lone:
-                scheds.append(GroupSchedule(g.anchor, tuple(w.op(g.anchor).out_shape), IMPL_LIBRARY))
+                pick = choose(f"precision:{g.anchor}", self.precisions) \
+                    if len(self.precisions) > 1 else self.precisions[0]
+                scheds.append(GroupSchedule(g.anchor, tuple(w.op(g.anchor).out_shape),
+                                            IMPL_LIBRARY, precision="" if pick ==
+                                            self.precisions[0] else str(pick)))
                 continue
             tiles = tuple(int(choose(f"tile:{g.anchor}:{k}", opts))
                           for k, opts in enumerate(self.tile_options[g.anchor]))

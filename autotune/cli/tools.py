@@ -109,7 +109,9 @@ def explain(workload: WorkloadArg = DEFAULT_WORKLOAD,
         dom = ", ".join(f"{i}:{e}" for i, e in zip(op.parallel, op.out_shape))
         red = ", ".join(f"{r}:{op.extent(r)}" for r in op.reduction)
         tiles = "(" + ",".join(str(t) for t in g.tiles) + ")" if g.tiles else "-"
-        typer.echo(f"group {k}: anchor {g.anchor}  impl {g.impl}  tiles {tiles}  "
+        prec = next((f" ({s.precision})" for s in cand.schedules
+                     if s.anchor == g.anchor and s.precision), "")
+        typer.echo(f"group {k}: anchor {g.anchor}  impl {g.impl}{prec}  tiles {tiles}  "
                    f"predicted {fmt_s(g.predicted_s, 3)} ({g.bound}-bound)")
         typer.echo(f"  ops:    {', '.join(g.ops)}")
         if g.chain:

@@ -47,7 +47,8 @@ def _named_times(trials: list[StoredTrial], batch: list[StoredTrial]
 def plan_summary(cand: Candidate) -> str:
     """One line: contraction orders, fused edges, library groups, stacked siblings,
     non-identity layouts."""
-    lib = [s.anchor for s in cand.schedules if s.impl == "library"]
+    lib = [s.anchor + (f" ({s.precision})" if s.precision else "")
+           for s in cand.schedules if s.impl == "library"]
     parts = [f"{len(cand.schedules)} groups", f"fused {', '.join(cand.fused) or 'nothing'}"]
     if cand.orders:
         parts.insert(0, "split " + ", ".join(f"{stmt} as {tree_text(t)}"

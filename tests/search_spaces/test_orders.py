@@ -234,8 +234,8 @@ def test_builtins_have_no_orders_and_unchanged_candidates(name):
         cand = named_plan(space, plan)
         assert cand.orders == () and "orders" not in cand.to_dict()
         assert rewritten(w, cand) is w
-    assert SPACE_VERSION == "8"     # 2: orders; 3: kernel impl; 4: chains; 5, 6: stacks; 7: pairs;
-    #                                  8: kc choices
+    assert SPACE_VERSION == "9"     # 2: orders; 3: kernel impl; 4: chains; 5, 6: stacks; 7: pairs;
+    #                                  8: kc choices; 9: GEMM precisions
 
 
 def test_random_candidates_round_trip_and_rebuild_from_their_params():

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from search_spaces.precision import split_tf32
+
 from autotune.backends.cuda.codegen import CudaKernel
 from autotune.backends.cuda.gemm import GemmCall, emulate_gemm
 
@@ -80,6 +82,8 @@ class HostEmulator:
         self.device_name = "host emulation"
         self.ndarray = np.ndarray
         self.gemm_calls: list[GemmCall] = []
+        self.precisions: list[str] = []     # each gemm call's arithmetic
+        self.splits = 0                     # operands split into TF32 parts
         self._dlls: list = []
 
     def compile(self, source: str, kernels: list[CudaKernel], cache_dir: Path) -> dict:
@@ -127,9 +131,16 @@ class HostEmulator:
         ptrs = (ctypes.c_void_p * len(args))(*[a.ctypes.data for a in args])
         fn(ptrs, k.grid, min(self.threads, k.block))
 
-    def gemm(self, call: GemmCall, x, y, c, alpha: float, precision: str) -> None:
+    def split_tf32(self, x):
+        flat = np.lib.stride_tricks.as_strided(x, shape=(x.size,), strides=(x.itemsize,))
+        self.splits += 1
+        return split_tf32(flat)
+
+    def gemm(self, call: GemmCall, x, y, c, alpha: float, precision: str,
+             beta: float = 0.0) -> None:
         self.gemm_calls.append(call)
-        emulate_gemm(call, x, y, c, alpha)
+        self.precisions.append(precision)
+        emulate_gemm(call, x, y, c, alpha, beta, tf32=precision == "tf32")
 
     def to_device(self, a):
         return a

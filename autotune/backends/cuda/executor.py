@@ -10,9 +10,12 @@ device work alone with CUDA events (inputs uploaded once, warm-up, median of rep
 Materialized intermediates and the outputs live in device buffers allocated once per plan,
 each stored in the candidate's layout (``storage = logical.transpose(perm)``).  A library group
 is one ``cublasGemmStridedBatchedEx`` call on strided views of those buffers (no copies when
-the layouts allow a matrix view; otherwise the operand is copied to a contiguous one first), with
-TF32 tensor cores only when the workload's tolerance admits it (``rtol >= 1e-3``): the plan's
-``precision`` attribute says which ("fp32", "tf32" or "fp64").
+the layouts allow a matrix view; otherwise the operand is copied to a contiguous one first),
+planned once per plan (argument lists, copies, scratch buffers) and replayed on every call.
+Its arithmetic is the group's ``precision`` (search_spaces.precision), by default the
+workload's (the plan's ``precision`` attribute: "fp32", "tf32" or "fp64"): "3xtf32" splits both
+operands into TF32 high and low parts (a small kernel) and sums three TF32 tensor-core products,
+the small ones first, into the float32 result.
 
 The device is a runtime: :class:`autotune.backends.cuda.runtime.CupyRuntime` (CuPy, imported
 lazily) or :class:`autotune.backends.cuda.emulator.HostEmulator`, which runs the same generated
@@ -23,8 +26,8 @@ check the backend's results against the reference without a GPU.
 """
 from __future__ import annotations
 
-import math
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -33,6 +36,7 @@ import numpy as np
 from search_spaces.candidate import IMPL_LIBRARY, Candidate
 from search_spaces.gemm import gemm_form, group_size
 from search_spaces.partition import Group, groups, materialized
+from search_spaces.precision import default_precision
 from search_spaces.rewrite import rewritten
 from search_spaces.workload import Workload
 
@@ -43,14 +47,19 @@ from autotune.backends.cuda.codegen import check_limits, generate_cuda
 from autotune.backends.cuda.gemm import GemmCall, Mat, mat3, plan_gemm
 from autotune.backends.cuda.runtime import CupyRuntime
 
-TF32_RTOL = 1e-3           # a tolerance this loose admits TF32 tensor-core GEMMs
+precision_of = default_precision     # the plan-wide default (bench scripts, `explain`)
 
 
-def precision_of(w: Workload) -> str:
-    """"tf32" when the workload's tolerance admits TF32 GEMMs, else its own type."""
-    if w.dtype == "float64":
-        return "fp64"
-    return "tf32" if w.rtol >= TF32_RTOL else "fp32"
+@dataclass(frozen=True)
+class _GemmPlan:
+    """One library group's call, planned once: the cuBLAS argument list, which operands are
+    first copied to contiguous stacks (sizes of the copies), the scratch result (for an output
+    layout cuBLAS cannot write) and the arithmetic."""
+    call: GemmCall
+    copy_a: tuple[int, int, int] | None
+    copy_b: tuple[int, int, int] | None
+    tmp_out: object | None
+    precision: str
 
 
 # ---- the plan ------------------------------------------------------------------------------------
@@ -69,7 +78,7 @@ class CudaPlan:
         self.w, self.cand = w, cand
         self.rt = runtime if runtime is not None else CupyRuntime()
         self.dtype = np.dtype(w.dtype)
-        self.precision = precision_of(w)
+        self.precision = default_precision(w)
         src, kernels = generate_cuda(w, cand, block=block)
         check_limits(kernels, self.rt.smem_limit, self.rt.device_name)
         self.source = src
@@ -85,7 +94,7 @@ class CudaPlan:
             shape = w.shapes[t]
             self.storage[t], self.logical[t] = in_layout(
                 shape, cand.layout(t, len(shape)), lambda s: xp.empty(s, dtype=self.dtype))
-        self._gemm_plans: dict[str, tuple] = {}
+        self._gemm_plans: dict[str, _GemmPlan] = {}
 
     # ---- running ---------------------------------------------------------------------------
     def upload(self, inputs: dict) -> dict:
@@ -182,51 +191,71 @@ class CudaPlan:
         return statistics.median(self.timed_call(inputs, warmup, repeats)[1])
 
     # ---- library GEMMs ---------------------------------------------------------------------
-    def _gemm(self, name: str, env) -> None:
-        xp = self.rt.xp
+    def _plan_gemm(self, name: str, env) -> _GemmPlan:
+        """The group's call from its operands' shapes and strides (the same on every run: the
+        plan's buffers and its inputs' layouts do not change)."""
         op = self.w.op(name)
         f = gemm_form(op)
         ga, gb, go = (f.batch, f.m, f.k), (f.batch, f.k, f.n), (f.batch, f.m, f.n)
-        A, B, O = env[f.a.tensor], env[f.b.tensor], env[name]
-
-        def contiguous(arr, idx, grp):
-            order = [idx.index(i) for g in grp for i in g]
-            sizes = [math.prod(arr.shape[idx.index(i)] for i in g) for g in grp]
-            return xp.ascontiguousarray(arr.transpose(order)).reshape(sizes)
+        batch = group_size(op, f.batch)
 
         def desc(arr, idx, grp):
             got = mat3(arr, idx, grp)
             return got[0] if got else None
 
+        def packed(grp):
+            sizes = tuple(group_size(op, g) for g in grp)
+            return sizes, Mat(sizes[1], sizes[2], sizes[2], 1,
+                              sizes[1] * sizes[2] if batch > 1 else 0)
+        A, B, O = env[f.a.tensor], env[f.b.tensor], env[name]
         da, db, dc = desc(A, f.a.idx, ga), desc(B, f.b.idx, gb), desc(O, op.parallel, go)
-        batch = group_size(op, f.batch)
-        a_buf, b_buf, c_buf = A, B, O
-        tmp_out = None
+        copy_a = copy_b = tmp_out = None
         for _ in range(4):
             call = plan_gemm(da, db, dc, batch) if None not in (da, db, dc) else \
                 ("A" if da is None else "B" if db is None else "C")
             if isinstance(call, GemmCall):
                 break
             if call == "A":
-                a_buf = contiguous(A, f.a.idx, ga)
-                da = Mat(a_buf.shape[1], a_buf.shape[2], a_buf.shape[2], 1,
-                         a_buf.shape[1] * a_buf.shape[2] if batch > 1 else 0)
+                copy_a, da = packed(ga)
             elif call == "B":
-                b_buf = contiguous(B, f.b.idx, gb)
-                db = Mat(b_buf.shape[1], b_buf.shape[2], b_buf.shape[2], 1,
-                         b_buf.shape[1] * b_buf.shape[2] if batch > 1 else 0)
+                copy_b, db = packed(gb)
             else:
-                m_, n_ = group_size(op, f.m), group_size(op, f.n)
-                tmp_out = c_buf = xp.empty((batch, m_, n_), dtype=self.dtype)
-                dc = Mat(m_, n_, n_, 1, m_ * n_ if batch > 1 else 0)
+                sizes, dc = packed(go)
+                tmp_out = self.rt.xp.empty(sizes, dtype=self.dtype)
         else:
             raise RuntimeError(f"no cuBLAS argument list for {name}")
-        bufs = {"A": a_buf, "B": b_buf}
+        prec = self.cand.schedule(name).precision or self.precision
+        return _GemmPlan(call, copy_a, copy_b, tmp_out, prec)
+
+    def _gemm(self, name: str, env) -> None:
+        plan = self._gemm_plans.get(name)
+        if plan is None:
+            plan = self._gemm_plans[name] = self._plan_gemm(name, env)
+        xp, rt = self.rt.xp, self.rt
+        op = self.w.op(name)
+        f = gemm_form(op)
+        ga, gb, go = (f.batch, f.m, f.k), (f.batch, f.k, f.n), (f.batch, f.m, f.n)
+
+        def contiguous(arr, idx, grp, sizes):
+            order = [idx.index(i) for g in grp for i in g]
+            return xp.ascontiguousarray(arr.transpose(order)).reshape(sizes)
+        A, B, O = env[f.a.tensor], env[f.b.tensor], env[name]
+        bufs = {"A": A if plan.copy_a is None else contiguous(A, f.a.idx, ga, plan.copy_a),
+                "B": B if plan.copy_b is None else contiguous(B, f.b.idx, gb, plan.copy_b)}
+        c_buf = O if plan.tmp_out is None else plan.tmp_out
+        call = plan.call
         # every array here starts at its buffer's first element (transposes of storage, or
         # fresh contiguous copies): its data pointer is the buffer's
-        self.rt.gemm(call, bufs[call.first], bufs[call.second], c_buf, f.scale, self.precision)
-        if tmp_out is not None:
+        x, y = bufs[call.first], bufs[call.second]
+        if plan.precision == "3xtf32":
+            (xh, xl), (yh, yl) = rt.split_tf32(x), rt.split_tf32(y)
+            # the small products first: their sum is rounded once more, the large one's not
+            rt.gemm(call, xl, yh, c_buf, f.scale, "tf32")
+            rt.gemm(call, xh, yl, c_buf, f.scale, "tf32", beta=1.0)
+            rt.gemm(call, xh, yh, c_buf, f.scale, "tf32", beta=1.0)
+        else:
+            rt.gemm(call, x, y, c_buf, f.scale, plan.precision)
+        if plan.tmp_out is not None:
             order = [op.parallel.index(i) for g in go for i in g]
             t = O.transpose(order)
-            t[...] = tmp_out.reshape(t.shape)
-
+            t[...] = plan.tmp_out.reshape(t.shape)

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from search_spaces.precision import round_tf32
+
 
 @dataclass(frozen=True)
 class Mat:
@@ -112,11 +114,16 @@ def gemm_views(xp, call: GemmCall, x, y, c):
 
 
 def emulate_gemm(call: GemmCall, x: np.ndarray, y: np.ndarray, c: np.ndarray,
-                 alpha: float) -> None:
+                 alpha: float, beta: float = 0.0, tf32: bool = False) -> None:
     """What cuBLAS does with ``call`` on flat buffers ``x`` (first), ``y`` (second), ``c``:
-    a NumPy model used to test the argument lists without a GPU."""
+    a NumPy model used to test the argument lists without a GPU (``tf32``: the operands
+    rounded to TF32 first, as tensor cores take them; the sums in float64, no worse than
+    the device's float32)."""
     X, Y, C = gemm_views(np, call, x, y, c)
-    C[...] = alpha * np.matmul(X.astype(np.float64), Y.astype(np.float64))
+    if tf32:
+        X, Y = round_tf32(X), round_tf32(Y)
+    out = alpha * np.matmul(X.astype(np.float64), Y.astype(np.float64))
+    C[...] = out + beta * C if beta else out
 
 
 def mat3(arr, idx: tuple[str, ...], groups3) -> tuple[Mat, int] | None:

@@ -34,7 +34,9 @@ def device_memory_available() -> int | None:
 class CudaBackendKind:
     """The ``cuda`` backend (a :class:`autotune.backends.base.BackendKind`)."""
     name: str = "cuda"
-    tile_bounds: TileBounds = TileBounds(1, 1024)
+    # library contractions in float32 (SIMT), float32-accurate split TF32 on tensor cores, or
+    # plain TF32 where the tolerance admits it (search_spaces.precision)
+    tile_bounds: TileBounds = TileBounds(1, 1024, precisions=("fp32", "3xtf32", "tf32"))
     units: str = "SMs"
     # plans run for milliseconds; NVRTC compiles in about a second
     min_timeout_s: float = 5.0
@@ -90,7 +92,7 @@ class CudaBackendKind:
         src, kernels = generate_cuda(w, cand)
         by_anchor = {k.anchor: k for k in kernels}
         files: dict[str, str] = {}
-        notes = [f"library GEMMs: cuBLAS gemmStridedBatchedEx, precision {precision_of(w)}",
+        notes = [f"library GEMMs: cuBLAS gemmStridedBatchedEx, by default in {precision_of(w)}",
                  "compile one kernel by hand: nvcc -std=c++17 -arch=sm_90 -c FILE.cu", ""]
         for g in groups(w, cand.fused_pairs):
             k = by_anchor.get(g.anchor)
@@ -98,7 +100,8 @@ class CudaBackendKind:
                 op = w.op(g.anchor)
                 f = gemm_form(op)
                 size = lambda idx: "x".join(str(op.extent(i)) for i in idx) or "1"
-                notes.append(f"{g.anchor}: library GEMM (cuBLAS)  {op.text()}  "
+                prec = cand.schedule(g.anchor).precision or precision_of(w)
+                notes.append(f"{g.anchor}: library GEMM (cuBLAS, {prec})  {op.text()}  "
                              f"batch {size(f.batch)} m {size(f.m)} n {size(f.n)} k {size(f.k)}")
                 continue
             files[f"{k.name}.cu"] = kernel_source(src, k)

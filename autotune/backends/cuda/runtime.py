@@ -18,6 +18,25 @@ from autotune.backends.cuda.gemm import GemmCall, gemm_views
 
 NVRTC_OPTIONS = ("-std=c++17",)
 
+# The operand split of a 3xTF32 product (search_spaces.precision): hi = tf32(x), lo =
+# tf32(x - hi), rounded to nearest as search_spaces.precision.round_tf32 models (sm_80 and
+# later; nvcc-compiled for sm_80 and sm_90 in the tests).
+SPLIT_TF32_SOURCE = r"""
+extern "C" __global__ void split_tf32(const float *__restrict__ x, float *__restrict__ hi,
+                                      float *__restrict__ lo, long long n) {
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
+    const float v = x[i];
+    unsigned h, l;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(h) : "f"(v));
+    const float r = v - __uint_as_float(h);
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(l) : "f"(r));
+    hi[i] = __uint_as_float(h);
+    lo[i] = __uint_as_float(l);
+  }
+}
+"""
+
 
 class CudaUnavailable(RuntimeError):
     """CuPy or a usable GPU is missing."""
@@ -45,6 +64,7 @@ class CupyRuntime:
             self.smem_limit = SHARED_OPTIN_BY_ARCH.get(f"sm_{self.cc}", 48 * 1024)
         self.device_name = f"sm_{self.cc}"
         self.ndarray = cupy.ndarray
+        self._split = None
 
     def compile(self, source: str, kernels: list[CudaKernel], cache_dir: Path) -> dict:
         mod = self.cupy.RawModule(code=source, options=NVRTC_OPTIONS)
@@ -68,7 +88,22 @@ class CupyRuntime:
     def launch(self, fn, k: CudaKernel, args: list) -> None:
         fn((k.grid,), (k.block,), tuple(args), shared_mem=k.smem_bytes)
 
-    def gemm(self, call: GemmCall, x, y, c, alpha: float, precision: str) -> None:
+    def split_tf32(self, x):
+        """(high, low) TF32 parts of the float32 buffer under ``x`` (flat, fresh arrays)."""
+        cp = self.cupy
+        if self._split is None:
+            self._split = cp.RawModule(code=SPLIT_TF32_SOURCE,
+                                       options=NVRTC_OPTIONS).get_function("split_tf32")
+        n = x.size
+        flat = cp.ndarray((n,), dtype=cp.float32, memptr=x.data)
+        hi, lo = cp.empty(n, cp.float32), cp.empty(n, cp.float32)
+        threads = 256
+        blocks = max(1, min(-(-n // threads), 65535))
+        self._split((blocks,), (threads,), (flat, hi, lo, np.int64(n)))
+        return hi, lo
+
+    def gemm(self, call: GemmCall, x, y, c, alpha: float, precision: str,
+             beta: float = 0.0) -> None:
         from cupy_backends.cuda.api import runtime as rt
         from cupy_backends.cuda.libs import cublas
         double = c.dtype == np.float64
@@ -77,13 +112,13 @@ class CupyRuntime:
                    cublas.CUBLAS_COMPUTE_32F_FAST_TF32 if precision == "tf32" else
                    cublas.CUBLAS_COMPUTE_32F)
         one = np.array(alpha, dtype=c.dtype)
-        zero = np.array(0.0, dtype=c.dtype)
+        zero = np.array(beta, dtype=c.dtype)
         op = {"N": getattr(cublas, "CUBLAS_OP_N", 0), "T": getattr(cublas, "CUBLAS_OP_T", 1)}
         handle = self.cupy.cuda.device.get_cublas_handle()
         fn = getattr(cublas, "gemmStridedBatchedEx", None)
         if fn is None:       # a CuPy build without the binding: strided views and cupy.matmul
             X, Y, C = gemm_views(self.cupy, call, x, y, c)
-            C[...] = alpha * self.cupy.matmul(X, Y)
+            C[...] = alpha * self.cupy.matmul(X, Y) + (beta * C if beta else 0)
             return
         fn(
             handle, op[call.transa], op[call.transb], call.m, call.n, call.k,

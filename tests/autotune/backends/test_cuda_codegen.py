@@ -376,7 +376,7 @@ def test_emit_writes_one_cu_per_kernel_and_a_readme(tmp_path):
     readme = (out / "README.txt").read_text()
     for k in kernels:
         assert f"{k.name}.cu: anchor {k.anchor}" in readme and f"grid {k.grid}" in readme
-    assert "library GEMM (cuBLAS)" in readme
+    assert "library GEMM (cuBLAS, fp32)" in readme
     r = runner.invoke(app, ["emit", "trimul_outgoing", "--dims", "N=16,C=8", "--plan", "greedy",
                             "--device", "cpu", "--out", str(tmp_path / "cpu")])
     assert r.exit_code == 0, r.output
