@@ -470,3 +470,22 @@ def test_gpu_search_smoke(gpu, tmp_path):
     res = run_search(w, "cuda", tmp_path / "plans.sqlite", SearchConfig(budget=6),
                      MeasureSettings(warmup=1, repeats=2))
     assert res.best is not None and res.progress.measured >= 1
+
+
+def test_neighbouring_threads_store_to_neighbouring_addresses():
+    # every loop kernel's global stores at trimul N=702 (heuristic and unfused plans): the
+    # index a thread's flat position decodes first (the fastest across a warp) walks the
+    # stored tensor at unit stride.  The CPU loop orders had the centre layer norm's store
+    # 492,804 floats apart between neighbouring threads.
+    w = load_workload("trimul_outgoing", {"N": 702, "C": 128})
+    stores = 0
+    for plan in ("heuristic", "unfused"):
+        src, _ = generate_cuda(w, named_plan(SearchSpace(w, TileBounds(1, 1024)), plan))
+        for block in src.split("    for (int f = threadIdx.x; f < cnt; f += blockDim.x) {")[1:]:
+            fast = re.search(r"int q = f;\n\s+const int (v_\w+) = ", block).group(1)
+            body = block.split("\n  }\n")[0]
+            for t, off in re.findall(r"G_(\w+)\[([^\]]+)\] = val;", body):
+                terms = dict(x.split("*") for x in off.split(" + "))
+                assert terms.get(fast) == "1", f"{plan}: store to {t} at {off}, fastest {fast}"
+                stores += 1
+    assert stores >= 8
