@@ -14,7 +14,7 @@ and the anchor writes its tile straight to global memory in the candidate's layo
 The same semantics as the C backend (``autotune.backends.cpu.codegen``): the same footprints,
 offsets and expression translation (``autotune.backends.loops.LoopEmitter``, shared with it),
 with CUDA math functions.  Not the same loop orders: across a member's threads the fastest
-index is the one its largest global access walks at unit stride (:meth:`thread_order`), so a
+index is the one its largest global access walks at unit stride (search_spaces.threads), so a
 warp's accesses coalesce.
 """
 from __future__ import annotations
@@ -26,6 +26,7 @@ from costmodel.cuda_limits import DEFAULT_SHARED_BYTES, shared_layout
 from search_spaces.candidate import IMPL_LOOP, Candidate
 from search_spaces.chain import detect
 from search_spaces.partition import Group, groups, materialized
+from search_spaces.threads import thread_order
 from search_spaces.workload import Workload
 
 from autotune.backends.chain_loops import ChainLoops
@@ -134,30 +135,10 @@ class _KernelEmitter(LoopEmitter):
         return f"++{v}"
 
     # ---- one member ----------------------------------------------------------------------
-    def global_accesses(self, op) -> list[tuple[str, tuple[str, ...]]]:
-        """(tensor, the op's index per tensor dim) of the member's reads and writes in global
-        memory."""
-        out = [(a.tensor, a.idx) for a in op.reads() if not self.local(a.tensor)]
-        if op.out == self.g.anchor or op.out in self.mats:
-            out.append((op.out, op.parallel))
-        return out
-
     def thread_order(self, op, par_order: list[str]) -> list[str]:
-        """The member's parallel indices, the thread-fastest last: the index its largest
-        global access (read or write) walks at unit stride, so that a warp's 32 neighbouring
-        threads touch one run of memory (one transaction instead of up to 32).  The loop
-        orders planned for the CPU follow the largest read, whatever it is stored like: trimul
-        N=702's heuristic plan had a store whose neighbouring threads were 492,804 floats
-        apart.  ``par_order`` as planned where no access has a parallel unit-stride index."""
-        best = None
-        for tensor, idx in self.global_accesses(op):
-            unit = idx[self.layout_of(tensor)[-1]] if idx else None
-            size = math.prod(self.w.shapes[tensor])
-            if unit in par_order and (best is None or size > best[0]):
-                best = (size, unit)
-        if best is None:
-            return par_order
-        return [i for i in par_order if i != best[1]] + [best[1]]
+        """The member's parallel indices, the thread-fastest last (search_spaces.threads)."""
+        extents = dict(zip(op.parallel, self.buf_shape(op.out)))
+        return thread_order(self.w, self.g, self.mats, op, par_order, self.layout_of, extents)
 
     def member(self, mp, out: list[str]) -> None:
         op = self.w.op(mp.op)

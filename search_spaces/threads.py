@@ -1,0 +1,48 @@
+"""Which index neighbouring GPU threads take: the code generator's order and the cost model's.
+
+A CUDA loop kernel strides each member's flattened footprint over the block's threads (one
+output element a thread, autotune.backends.cuda.codegen).  The index that flattening decodes
+first is the one neighbouring threads differ in: a warp's 32 accesses to a tensor touch one
+run of memory (one transaction) when that index walks the tensor at unit stride, and up to 32
+sectors when it does not.  The loop orders planned for the CPU (search_spaces.footprint) follow
+the largest read whatever it is stored like: trimul N=702's heuristic plan had the centre
+layer norm's store 492,804 floats apart between neighbouring threads.
+"""
+from __future__ import annotations
+
+import math
+
+from .footprint import strides
+from .partition import Group
+from .workload import Workload
+
+
+def global_accesses(w: Workload, g: Group, mats, op) -> list[tuple[str, tuple[str, ...]]]:
+    """(tensor, the op's index per tensor dim) of a member's reads and writes in global
+    memory: everything but the group's other members, which live in shared memory; its own
+    output where it is the anchor or is read by another group (``mats``)."""
+    local = set(g.members) - {g.anchor}
+    out = [(a.tensor, a.idx) for a in op.reads() if a.tensor not in local]
+    if op.out == g.anchor or op.out in mats:
+        out.append((op.out, op.parallel))
+    return out
+
+
+def thread_order(w: Workload, g: Group, mats, op, par_order: list[str], layout_of,
+                 extents: dict[str, int] | None = None) -> list[str]:
+    """A member's parallel indices, the thread-fastest last: of its largest global access (read
+    or write) that walks any of them, the index it walks at the smallest stride (unit stride
+    where the tile spans more than one point of that index: ``extents``, the member's
+    footprint per parallel index); ``par_order`` as planned where no access walks one (a
+    reduction over the contiguous dim, for one)."""
+    ext = extents or {}
+    best = None
+    for tensor, idx in global_accesses(w, g, mats, op):
+        st = dict(zip(idx, strides(w.shapes[tensor], layout_of(tensor))))
+        walked = [i for i in par_order if i in st and ext.get(i, 2) > 1]
+        size = math.prod(w.shapes[tensor])
+        if walked and (best is None or size > best[0]):
+            best = (size, min(walked, key=lambda i: st[i]))
+    if best is None:
+        return par_order
+    return [i for i in par_order if i != best[1]] + [best[1]]
