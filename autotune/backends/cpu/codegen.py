@@ -260,7 +260,7 @@ class _Emitter(LoopEmitter):
                        for mp in self.plans
                        if mp.op not in self.inlined and self.private_width(mp)]
 
-    def tile_table(self, order: list[int], chunk: int) -> list[int] | None:
+    def tile_table(self, order: list[int]) -> list[int] | None:
         """Flat tile indices in the order they are dealt, or None for the loops' order."""
         return None
 
@@ -296,7 +296,7 @@ class _Emitter(LoopEmitter):
         order, chunk = tile_dealing(self.anchor.out_shape, tuple(self.eff),
                                     tuple(self.layout_of(g.anchor)),
                                     np.dtype(self.w.dtype).itemsize)
-        table = self.tile_table(order, chunk) if nd else None
+        table = self.tile_table(order) if nd else None
         if table is not None:
             # tiles dealt in a listed order (a masked chain's, heaviest first)
             head.insert(0, f"static const int TILES_{index}[{len(table)}] = "
@@ -337,7 +337,7 @@ class _ChainEmitter(ChainLoops, _Emitter):
     def tile_buffers(self) -> list[tuple[str, int]]:
         return self.chain_buffers()
 
-    def tile_table(self, order: list[int], chunk: int) -> list[int] | None:
+    def tile_table(self, order: list[int]) -> list[int] | None:
         # a masked chain's tiles are unequal: heaviest first (search_spaces.tile_work)
         masked = masked_chain_work(self.w, self.chain, tuple(self.eff), self.block, self.rdim,
                                    self.R)
