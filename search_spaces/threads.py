@@ -1,4 +1,4 @@
-"""Which index neighbouring GPU threads take: the code generator's order and the cost model's.
+"""Which index neighbouring GPU threads take in a CUDA loop kernel.
 
 A CUDA loop kernel strides each member's flattened footprint over the block's threads (one
 output element a thread, autotune.backends.cuda.codegen).  The index that flattening decodes
@@ -17,7 +17,7 @@ from .partition import Group
 from .workload import Workload
 
 
-def global_accesses(w: Workload, g: Group, mats, op) -> list[tuple[str, tuple[str, ...]]]:
+def global_accesses(g: Group, mats, op) -> list[tuple[str, tuple[str, ...]]]:
     """(tensor, the op's index per tensor dim) of a member's reads and writes in global
     memory: everything but the group's other members, which live in shared memory; its own
     output where it is the anchor or is read by another group (``mats``)."""
@@ -37,7 +37,7 @@ def thread_order(w: Workload, g: Group, mats, op, par_order: list[str], layout_o
     reduction over the contiguous dim, for one)."""
     ext = extents or {}
     best = None
-    for tensor, idx in global_accesses(w, g, mats, op):
+    for tensor, idx in global_accesses(g, mats, op):
         st = dict(zip(idx, strides(w.shapes[tensor], layout_of(tensor))))
         walked = [i for i in par_order if i in st and ext.get(i, 2) > 1]
         size = math.prod(w.shapes[tensor])

@@ -250,11 +250,11 @@ class ChainLoops(ChainVectors):
             return [f"{ind}if ({past} && ({never})) continue;"]
         # a step's rows at once: one test of the mask over the step's box (the per-row tests
         # took 6 % of a causal chain on one core), then each row's running max
-        I, c = self.itype, f"c_{self.rdim}"
+        I, first = self.itype, f"c_{self.rdim}_0"
         hi = self.cbounds[self.rdim][1]
-        last = f"({c}_0 + {self.R - 1} < {hi} ? {c}_0 + {self.R - 1} : {hi} - 1)"
+        last = f"({first} + {self.R - 1} < {hi} ? {first} + {self.R - 1} : {hi} - 1)"
         box = " || ".join(c_never(m, lambda c: f"c_{c}", "jb", "(je - 1)", self.n,
-                                  {self.rdim: (f"{c}_0", "_last")}) for m in self.masks)
+                                  {self.rdim: (first, "_last")}) for m in self.masks)
         return ([f"{ind}{{ const {I} _last = {last};",
                  f"{ind}  if ({box}) {{ int _all = 1;"]
                 + self.per_row(ind + "    ", lambda i: [f"{i}if (!({past})) _all = 0;"])

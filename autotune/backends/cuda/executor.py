@@ -52,13 +52,18 @@ precision_of = default_precision     # the plan-wide default (bench scripts, `ex
 
 @dataclass(frozen=True)
 class _GemmPlan:
-    """One library group's call, planned once: the cuBLAS argument list, which operands are
-    first copied to contiguous stacks (sizes of the copies), the scratch result (for an output
-    layout cuBLAS cannot write) and the arithmetic."""
+    """One library group's call, planned once: the cuBLAS argument list, its operands and
+    scale, which operands are first copied to contiguous stacks (the transpose that lines them
+    up, the stack's sizes), the scratch result for an output layout cuBLAS cannot write (and
+    the output's transpose it is copied back through) and the arithmetic."""
     call: GemmCall
-    copy_a: tuple[int, int, int] | None
-    copy_b: tuple[int, int, int] | None
+    a: str
+    b: str
+    scale: float
+    copy_a: tuple[tuple[int, ...], tuple[int, int, int]] | None
+    copy_b: tuple[tuple[int, ...], tuple[int, int, int]] | None
     tmp_out: object | None
+    out_order: tuple[int, ...]
     precision: str
 
 
@@ -203,45 +208,45 @@ class CudaPlan:
             got = mat3(arr, idx, grp)
             return got[0] if got else None
 
-        def packed(grp):
+        def packed(idx, grp):
             sizes = tuple(group_size(op, g) for g in grp)
-            return sizes, Mat(sizes[1], sizes[2], sizes[2], 1,
-                              sizes[1] * sizes[2] if batch > 1 else 0)
+            order = tuple(idx.index(i) for g in grp for i in g)
+            return (order, sizes), Mat(sizes[1], sizes[2], sizes[2], 1,
+                                       sizes[1] * sizes[2] if batch > 1 else 0)
         A, B, O = env[f.a.tensor], env[f.b.tensor], env[name]
         da, db, dc = desc(A, f.a.idx, ga), desc(B, f.b.idx, gb), desc(O, op.parallel, go)
-        copy_a = copy_b = tmp_out = None
+        copy_a = copy_b = out = None
         for _ in range(4):
             call = plan_gemm(da, db, dc, batch) if None not in (da, db, dc) else \
                 ("A" if da is None else "B" if db is None else "C")
             if isinstance(call, GemmCall):
                 break
             if call == "A":
-                copy_a, da = packed(ga)
+                copy_a, da = packed(f.a.idx, ga)
             elif call == "B":
-                copy_b, db = packed(gb)
+                copy_b, db = packed(f.b.idx, gb)
             else:
-                sizes, dc = packed(go)
-                tmp_out = self.rt.xp.empty(sizes, dtype=self.dtype)
+                out, dc = packed(op.parallel, go)
         else:
             raise RuntimeError(f"no cuBLAS argument list for {name}")
-        prec = self.cand.schedule(name).precision or self.precision
-        return _GemmPlan(call, copy_a, copy_b, tmp_out, prec)
+        tmp_out = None if out is None else self.rt.xp.empty(out[1], dtype=self.dtype)
+        return _GemmPlan(call, f.a.tensor, f.b.tensor, f.scale, copy_a, copy_b, tmp_out,
+                         out[0] if out else (), self.cand.schedule(name).precision or
+                         self.precision)
 
     def _gemm(self, name: str, env) -> None:
         plan = self._gemm_plans.get(name)
         if plan is None:
             plan = self._gemm_plans[name] = self._plan_gemm(name, env)
-        xp, rt = self.rt.xp, self.rt
-        op = self.w.op(name)
-        f = gemm_form(op)
-        ga, gb, go = (f.batch, f.m, f.k), (f.batch, f.k, f.n), (f.batch, f.m, f.n)
+        rt = self.rt
 
-        def contiguous(arr, idx, grp, sizes):
-            order = [idx.index(i) for g in grp for i in g]
-            return xp.ascontiguousarray(arr.transpose(order)).reshape(sizes)
-        A, B, O = env[f.a.tensor], env[f.b.tensor], env[name]
-        bufs = {"A": A if plan.copy_a is None else contiguous(A, f.a.idx, ga, plan.copy_a),
-                "B": B if plan.copy_b is None else contiguous(B, f.b.idx, gb, plan.copy_b)}
+        def operand(arr, copy):
+            if copy is None:
+                return arr
+            order, sizes = copy
+            return rt.xp.ascontiguousarray(arr.transpose(order)).reshape(sizes)
+        bufs = {"A": operand(env[plan.a], plan.copy_a), "B": operand(env[plan.b], plan.copy_b)}
+        O = env[name]
         c_buf = O if plan.tmp_out is None else plan.tmp_out
         call = plan.call
         # every array here starts at its buffer's first element (transposes of storage, or
@@ -250,12 +255,11 @@ class CudaPlan:
         if plan.precision == "3xtf32":
             (xh, xl), (yh, yl) = rt.split_tf32(x), rt.split_tf32(y)
             # the small products first: their sum is rounded once more, the large one's not
-            rt.gemm(call, xl, yh, c_buf, f.scale, "tf32")
-            rt.gemm(call, xh, yl, c_buf, f.scale, "tf32", beta=1.0)
-            rt.gemm(call, xh, yh, c_buf, f.scale, "tf32", beta=1.0)
+            rt.gemm(call, xl, yh, c_buf, plan.scale, "tf32")
+            rt.gemm(call, xh, yl, c_buf, plan.scale, "tf32", beta=1.0)
+            rt.gemm(call, xh, yh, c_buf, plan.scale, "tf32", beta=1.0)
         else:
-            rt.gemm(call, x, y, c_buf, f.scale, plan.precision)
+            rt.gemm(call, x, y, c_buf, plan.scale, plan.precision)
         if plan.tmp_out is not None:
-            order = [op.parallel.index(i) for g in go for i in g]
-            t = O.transpose(order)
+            t = O.transpose(plan.out_order)
             t[...] = plan.tmp_out.reshape(t.shape)
