@@ -112,7 +112,7 @@ class CupyRuntime:
                    cublas.CUBLAS_COMPUTE_32F_FAST_TF32 if precision == "tf32" else
                    cublas.CUBLAS_COMPUTE_32F)
         one = np.array(alpha, dtype=c.dtype)
-        zero = np.array(beta, dtype=c.dtype)
+        scale_c = np.array(beta, dtype=c.dtype)
         op = {"N": getattr(cublas, "CUBLAS_OP_N", 0), "T": getattr(cublas, "CUBLAS_OP_T", 1)}
         handle = self.cupy.cuda.device.get_cublas_handle()
         fn = getattr(cublas, "gemmStridedBatchedEx", None)
@@ -124,7 +124,7 @@ class CupyRuntime:
             handle, op[call.transa], op[call.transb], call.m, call.n, call.k,
             one.ctypes.data, x.data.ptr, dtype, call.lda, call.stride_a,
             y.data.ptr, dtype, call.ldb, call.stride_b,
-            zero.ctypes.data, c.data.ptr, dtype, call.ldc, call.stride_c,
+            scale_c.ctypes.data, c.data.ptr, dtype, call.ldc, call.stride_c,
             call.batch, compute, getattr(cublas, "CUBLAS_GEMM_DEFAULT", -1))
 
     def to_device(self, a):
