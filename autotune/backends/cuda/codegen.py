@@ -5,8 +5,10 @@ tile: the block decodes ``blockIdx.x`` into per-dim tile coordinates (the anchor
 storage dim varies fastest, so neighbouring blocks touch neighbouring memory), then evaluates
 every member over its footprint (``search_spaces.footprint``), in program order.  A member's
 footprint is flattened and strided over the block's threads; each thread owns output elements
-and loops over the member's reduction dims itself (no inter-thread reductions: simple and
-race-free).  Members other than the anchor live in dynamic shared memory (``extern __shared__``
+and loops over the member's reduction dims itself, except where the member's largest read walks
+a reduced dim at unit stride (search_spaces.threads.warp_reduced: a layer norm's mean over its
+contiguous channels): there a warp owns an output element, its lanes stride that dim and
+combine their partial results with ``__shfl_xor_sync``.  Members other than the anchor live in dynamic shared memory (``extern __shared__``
 split into one row-major buffer per member, ``costmodel.cuda_limits.shared_layout``) with a
 ``__syncthreads()`` after each; members read by other groups are also written to global memory,
 and the anchor writes its tile straight to global memory in the candidate's layout.
@@ -26,7 +28,7 @@ from costmodel.cuda_limits import DEFAULT_SHARED_BYTES, shared_layout
 from search_spaces.candidate import IMPL_LOOP, Candidate
 from search_spaces.chain import detect
 from search_spaces.partition import Group, groups, materialized
-from search_spaces.threads import thread_order
+from search_spaces.threads import thread_order, warp_reduced
 from search_spaces.workload import Workload
 
 from autotune.backends.chain_loops import ChainLoops
@@ -103,6 +105,9 @@ __device__ __forceinline__ double at_sigmoid(double x) { return 1.0 / (1.0 + exp
 #define AT_NEG_INF_f32 __int_as_float(0xff800000)
 #define AT_NEG_INF_f64 __longlong_as_double(0xfff0000000000000ULL)
 #endif
+#ifndef AT_WARP
+#define AT_WARP 32
+#endif
 """
 
 
@@ -148,15 +153,26 @@ class _KernelEmitter(LoopEmitter):
         lo = {i: rng[i][0] for i in op.parallel}
         cnt = {i: hi if start == "0" else f"({hi} - {start})"
                for i, (start, hi) in rng.items() if i in op.parallel}
-        par_order = self.thread_order(op, [i for i in mp.order if i in op.parallel])
         red_order = [i for i in mp.order if i in op.reduction]
+        lanes = warp_reduced(self.w, self.g, op, self.layout_of, {
+            m: self.buf_shape(m) for m in self.g.members if m != self.g.anchor})
+        par_order = [i for i in mp.order if i in op.parallel]
+        if lanes is None:
+            par_order = self.thread_order(op, par_order)
+        else:       # a warp per output element, its lanes along the reduced index
+            red_order = [i for i in red_order if i != lanes] + [lanes]
         is_anchor = mp.op == self.g.anchor
         add = out.append
-        add(f"  /* {op.text()} */")
+        add(f"  /* {op.text()}" + (f"; a warp per element, lanes along {lanes}" if lanes else "")
+            + " */")
         add("  {")
         total = " * ".join(cnt[i] for i in par_order) or "1"
         add(f"    const {I} cnt = {total};")
-        add(f"    for ({I} f = threadIdx.x; f < cnt; f += blockDim.x) {{")
+        if lanes:
+            add("    const int lane = threadIdx.x % AT_WARP;")
+            add(f"    for ({I} f = threadIdx.x / AT_WARP; f < cnt; f += blockDim.x / AT_WARP) {{")
+        else:
+            add(f"    for ({I} f = threadIdx.x; f < cnt; f += blockDim.x) {{")
         if par_order:
             add(f"      {I} q = f;")
             for pos, i in enumerate(reversed(par_order)):
@@ -173,14 +189,26 @@ class _KernelEmitter(LoopEmitter):
                 f"      {ct} acc = {init};")
             upd = (f"acc += {body};" if op.combiner == "sum" else
                    f"{{ const {ct} v = {body}; acc = v > acc ? v : acc; }}")
-            out.extend(self.nest(red_order, rng, var, "      ", upd))
+            if lanes:
+                v, (lo, hi) = var[lanes], rng[lanes]
+                out.extend(self.nest(red_order[:-1], rng, var, "      ",
+                                     f"for ({I} {v} = {lo} + lane; {v} < {hi}; {v} += AT_WARP) "
+                                     f"{upd}"))
+                # the lanes' partial results combined in log2(AT_WARP) shuffles; every lane
+                # of the warp is here (f is the same for all of them)
+                comb = "acc += o_;" if op.combiner == "sum" else "acc = o_ > acc ? o_ : acc;"
+                add("      for (int o = AT_WARP / 2; o > 0; o >>= 1) { "
+                    f"const {ct} o_ = __shfl_xor_sync(0xffffffffu, acc, o); {comb} }}")
+            else:
+                out.extend(self.nest(red_order, rng, var, "      ", upd))
             add(f"      const {ct} val = acc;")
+        store = "      if (lane == 0) " if lanes else "      "
         if is_anchor:
-            add(f"      G_{mp.op}[{self.global_offset(mp.op, op.parallel, var)}] = val;")
+            add(f"{store}G_{mp.op}[{self.global_offset(mp.op, op.parallel, var)}] = val;")
         else:
-            add(f"      L_{mp.op}[{self.offset(mp.op, op.parallel, var)}] = val;")
+            add(f"{store}L_{mp.op}[{self.offset(mp.op, op.parallel, var)}] = val;")
             if mp.op in self.mats:
-                add(f"      G_{mp.op}[{self.global_offset(mp.op, op.parallel, var)}] = val;")
+                add(f"{store}G_{mp.op}[{self.global_offset(mp.op, op.parallel, var)}] = val;")
         add("    }")
         add("  }")
         if not is_anchor:
@@ -284,13 +312,14 @@ def generate_cuda(w: Workload, cand: Candidate, *, block: int = DEFAULT_BLOCK,
                   ) -> tuple[str, list[CudaKernel]]:
     """CUDA source for every loop group of ``cand`` and each kernel's launch record.
 
-    ``block`` caps the threads per block (a kernel whose largest footprint is smaller gets
-    fewer, a multiple of 32).  ``smem_limit`` (bytes per block): raise :class:`TileTooLarge`
+    ``block`` caps the threads per block, a multiple of 32 (a kernel whose largest footprint is
+    smaller gets fewer, a multiple of 32).  ``smem_limit`` (bytes per block): raise :class:`TileTooLarge`
     when a kernel needs more.  ``prefix`` is put before every kernel name (so several plans
     can share one translation unit).
     """
-    if not 32 <= block <= MAX_BLOCK:
-        raise ValueError(f"block {block}: use 32..{MAX_BLOCK} threads")
+    if not 32 <= block <= MAX_BLOCK or block % 32:
+        # whole warps: a warp reduction's shuffles need all 32 lanes of every warp
+        raise ValueError(f"block {block}: use a multiple of 32 in 32..{MAX_BLOCK} threads")
     mats = materialized(w, cand.fused_pairs)
     parts, kernels = [PRELUDE], []
     for k, g in enumerate(groups(w, cand.fused_pairs)):

@@ -41,6 +41,18 @@ static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 static inline float __int_as_float(unsigned int i) { float f; memcpy(&f, &i, 4); return f; }
 static inline double __longlong_as_double(unsigned long long i) {
   double d; memcpy(&d, &i, 8); return d; }
+// a warp is the block's emulated threads (AT_WARP, a power of two, defined before this
+// header): a shuffle is a store, a block barrier, the partner's load and a barrier
+static float at_shfl_f32[1024];
+static double at_shfl_f64[1024];
+static inline float __shfl_xor_sync(unsigned, float v, int o) {
+  at_shfl_f32[threadIdx.x] = v; pthread_barrier_wait(&at_bar);
+  const float r = at_shfl_f32[threadIdx.x ^ (unsigned)o]; pthread_barrier_wait(&at_bar);
+  return r; }
+static inline double __shfl_xor_sync(unsigned, double v, int o) {
+  at_shfl_f64[threadIdx.x] = v; pthread_barrier_wait(&at_bar);
+  const double r = at_shfl_f64[threadIdx.x ^ (unsigned)o]; pthread_barrier_wait(&at_bar);
+  return r; }
 #define AT_SMEM_BYTES (1L << 24)
 alignas(16) float smem_f32[AT_SMEM_BYTES / 4];
 alignas(16) double smem_f64[AT_SMEM_BYTES / 8];
@@ -73,10 +85,14 @@ EMU_SMEM_BYTES = 1 << 24
 
 class HostEmulator:
     """Runs the CUDA backend on the CPU for tests: the generated source compiled as C++ (g++),
-    ``threads`` threads per block with a barrier, blocks one after another; GEMMs through
+    ``threads`` threads per block with a barrier (one warp: a power of two, its shuffles through
+    a shared array between barriers), blocks one after another; GEMMs through
     :func:`emulate_gemm` on the same cuBLAS argument lists the GPU gets."""
 
     def __init__(self, threads: int = 4, smem_limit: int = 227 * 1024, cxx: str = "g++"):
+        if threads < 1 or threads & (threads - 1) or threads > 32:
+            raise ValueError(f"HostEmulator(threads={threads}): a power of two up to 32 (the "
+                             f"block's threads are one emulated warp)")
         self.threads, self.smem_limit, self.cxx = threads, smem_limit, cxx
         self.xp = np
         self.device_name = "host emulation"
@@ -94,7 +110,8 @@ class HostEmulator:
             wrappers.append(f"static void at_body_{k.name}(void** a) {{ {k.name}({casts}); }}\n"
                             f'extern "C" void at_launch_{k.name}(void** a, long grid, int nt) '
                             f"{{ at_run(grid, nt, at_body_{k.name}, a); }}")
-        src = EMU_HEADER + source + "\n" + "\n".join(wrappers) + "\n"
+        src = f"#define AT_WARP {self.threads}\n" + EMU_HEADER + source + "\n" + \
+            "\n".join(wrappers) + "\n"
         flags = ["-std=c++17", "-O1", "-fPIC", "-shared", "-pthread", "-w"]
         digest = hashlib.sha256((src + " ".join(flags)).encode()).hexdigest()[:24]
         cache_dir = Path(cache_dir)
