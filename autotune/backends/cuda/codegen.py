@@ -139,6 +139,12 @@ class _KernelEmitter(LoopEmitter):
     def step(self, v: str) -> str:
         return f"++{v}"
 
+    def tile_bounds(self, k: int, indent: str) -> str:
+        # a tile's end is read only where tiles do not divide the extent (the counts below
+        # are the full tile's): elsewhere it is declared for nothing
+        return super().tile_bounds(k, indent).replace(f"const {self.itype} e{k}",
+                                                       f"[[maybe_unused]] const {self.itype} e{k}")
+
     # ---- one member ----------------------------------------------------------------------
     def thread_order(self, op, par_order: list[str]) -> list[str]:
         """The member's parallel indices, the thread-fastest last (search_spaces.threads)."""
@@ -151,8 +157,19 @@ class _KernelEmitter(LoopEmitter):
         var = {i: f"v_{i}" for i in op.domain}
         rng = self.bounds(mp.op)
         lo = {i: rng[i][0] for i in op.parallel}
-        cnt = {i: hi if start == "0" else f"({hi} - {start})"
-               for i, (start, hi) in rng.items() if i in op.parallel}
+        # counts are the full tile's, constants: the decode below divides by literals (a
+        # multiply and a shift, where a runtime divisor costs a few dozen instructions), and a
+        # boundary tile's points past its end are skipped
+        cnt, guards = {}, []
+        for i in op.parallel:
+            start, hi = rng[i]
+            if start == "0":
+                cnt[i] = hi
+                continue
+            k = int(start[1:])              # b<k>..e<k>: the anchor tile's range along dim k
+            cnt[i] = self.n(self.eff[k])
+            if self.anchor.out_shape[k] % self.eff[k]:
+                guards.append(f"{var[i]} < {hi}")
         red_order = [i for i in mp.order if i in op.reduction]
         lanes = warp_reduced(self.w, self.g, op, self.layout_of, {
             m: self.buf_shape(m) for m in self.g.members if m != self.g.anchor})
@@ -180,6 +197,8 @@ class _KernelEmitter(LoopEmitter):
                     add(f"      const {I} {var[i]} = {lo[i]} + q;")
                 else:
                     add(f"      const {I} {var[i]} = {lo[i]} + q % {cnt[i]}; q /= {cnt[i]};")
+        if guards:      # the same for a warp's lanes (f is): they skip together
+            add(f"      if (!({' && '.join(guards)})) continue;")
         body = self.expr(op.expr, var)
         if op.combiner == "none":
             add(f"      const {ct} val = {body};")
