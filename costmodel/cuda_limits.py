@@ -3,8 +3,9 @@
 The CUDA backend (``autotune/backends/cuda/codegen.py``) runs each loop group as one kernel with one
 thread block per anchor tile; every member other than the anchor is held in dynamic shared
 memory over its footprint (one row-major buffer per member, each starting on a 16-byte
-boundary).  A tile whose footprints do not fit the device's per-block limit cannot launch: the
-backend rejects it before launch, and the cost model should price it at ``math.inf`` so the
+boundary, rows of a multiple of 128 bytes padded by one element against bank conflicts).  A
+tile whose footprints do not fit the device's per-block limit cannot launch: the backend
+rejects it before launch, and the cost model should price it at ``math.inf`` so the
 search prunes it without measuring (``over_limit`` below says which ones).
 
 Limits are the opt-in maxima of dynamic shared memory per block (``cudaFuncSetAttribute
@@ -32,12 +33,24 @@ SHARED_OPTIN_BYTES = {                        # per block with the opt-in, by de
 SHARED_OPTIN_BY_ARCH = {"sm_80": 163 * KB, "sm_86": 99 * KB, "sm_89": 99 * KB,
                         "sm_90": 227 * KB}
 ALIGN_BYTES = 16
+BANK_ROW_BYTES = 128          # 32 banks of 4 bytes: a row this long puts its columns in one bank
+
+
+def padded_shape(shape: tuple[int, ...], item: int) -> tuple[int, ...]:
+    """A member's shared-memory buffer, row-major, with each row one element longer where a
+    row spans a whole number of bank rows: threads of a warp that walk the buffer across rows
+    (its second-innermost dim the thread-fastest: a consumer coalescing its global access along
+    another dim than the producer's innermost) then hit different banks instead of all one."""
+    if len(shape) > 1 and math.prod(shape[:-1]) > 1 and (shape[-1] * item) % BANK_ROW_BYTES == 0:
+        return (*shape[:-1], shape[-1] + 1)
+    return tuple(shape)
 
 
 def shared_layout(w: Workload, g: Group, tiles: tuple[int, ...]
                   ) -> tuple[list[tuple[str, int, int]], int]:
     """``([(member, offset_elems, size_elems), ...], total_bytes)`` of one loop group's shared
-    memory: every non-anchor member in program order, each buffer 16-byte aligned."""
+    memory: every non-anchor member in program order, each buffer 16-byte aligned and its rows
+    padded (:func:`padded_shape`)."""
     anchor = w.op(g.anchor)
     fps = footprints(w, g, tiles)
     item = item_bytes(w)
@@ -47,7 +60,7 @@ def shared_layout(w: Workload, g: Group, tiles: tuple[int, ...]
     for op in w.ops:
         if op.out not in members or op.out == g.anchor:
             continue
-        size = math.prod(footprint_shape(op, fps[op.out], anchor, tiles))
+        size = math.prod(padded_shape(footprint_shape(op, fps[op.out], anchor, tiles), item))
         out.append((op.out, off, size))
         off += -(-size // align) * align
     return out, off * item

@@ -100,11 +100,16 @@ class LoopEmitter:
             return self.global_offset(tensor, idx, var)
         return self.tile_offset(tensor, idx, var)
 
+    def buf_strides(self, tensor: str) -> tuple[int, ...]:
+        """Element strides of ``tensor``'s tile buffer: row-major over :meth:`buf_shape`."""
+        shape = self.buf_shape(tensor)
+        return strides(shape, tuple(range(len(shape))))
+
     def tile_offset(self, tensor: str, idx: tuple[str, ...], var: dict[str, str]) -> str:
         """The element offset of ``tensor[idx]`` in a buffer shaped as its footprint in a
         tile (:meth:`buf_shape`, row-major), whether or not the tensor is local."""
         fp = self.fps[tensor]
-        st = strides(self.buf_shape(tensor), tuple(range(len(fp))))
+        st = self.buf_strides(tensor)
         terms = [f"{self.local_index(var[i], f'b{fp[m][1]}' if fp[m][0] == 'tile' else None)}"
                  f"*{self.n(st[m])}" for m, i in enumerate(idx)]
         return " + ".join(terms) or "0"

@@ -8,8 +8,9 @@ footprint is flattened and strided over the block's threads; each thread owns ou
 and loops over the member's reduction dims itself, except where the member's largest read walks
 a reduced dim at unit stride (search_spaces.threads.warp_reduced: a layer norm's mean over its
 contiguous channels): there a warp owns an output element, its lanes stride that dim and
-combine their partial results with ``__shfl_xor_sync``.  Members other than the anchor live in dynamic shared memory (``extern __shared__``
-split into one row-major buffer per member, ``costmodel.cuda_limits.shared_layout``) with a
+combine their partial results with ``__shfl_xor_sync``.  Members other than the anchor live in
+dynamic shared memory (``extern __shared__`` split into one row-major buffer per member, rows of
+a multiple of 32 banks padded by one element, ``costmodel.cuda_limits.shared_layout``) with a
 ``__syncthreads()`` after each; members read by other groups are also written to global memory,
 and the anchor writes its tile straight to global memory in the candidate's layout.
 
@@ -24,9 +25,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from costmodel.cuda_limits import DEFAULT_SHARED_BYTES, shared_layout
+from costmodel.cuda_limits import DEFAULT_SHARED_BYTES, padded_shape, shared_layout
 from search_spaces.candidate import IMPL_LOOP, Candidate
 from search_spaces.chain import detect
+from search_spaces.footprint import item_bytes, strides
 from search_spaces.partition import Group, groups, materialized
 from search_spaces.threads import thread_order, warp_reduced
 from search_spaces.workload import Workload
@@ -119,6 +121,7 @@ class _KernelEmitter(LoopEmitter):
         super().__init__(w, cand, g, mats)
         self.tag = CUDA_TAGS[w.dtype]
         layout, self.smem_bytes = shared_layout(w, g, self.tiles)
+        self.item = item_bytes(w)
         self.smem_off = {m: off for m, off, _ in layout}
         self.grid = math.prod(self.ntile)
         counts = [math.prod(self.buf_shape(mp.op)) for mp in self.plans]
@@ -138,6 +141,12 @@ class _KernelEmitter(LoopEmitter):
 
     def step(self, v: str) -> str:
         return f"++{v}"
+
+    def buf_strides(self, tensor: str) -> tuple[int, ...]:
+        """A member's shared-memory buffer: row-major with padded rows, as
+        costmodel.cuda_limits.shared_layout sizes it."""
+        shape = padded_shape(self.buf_shape(tensor), self.item)
+        return strides(shape, tuple(range(len(shape))))
 
     def tile_bounds(self, k: int, indent: str) -> str:
         # a tile's end is read only where tiles do not divide the extent (the counts below
