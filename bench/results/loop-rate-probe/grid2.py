@@ -1,0 +1,30 @@
+import autotune  # noqa: F401
+import dataclasses, sqlite3, sys
+import numpy as np
+import costmodel
+from autotune.backends.cpu.calibrate import cpu_spec_status
+from autotune.cli.common import load
+from costmodel.ranking import spearman_rho
+from search_spaces.candidate import Candidate
+spec = cpu_spec_status()[0]
+dbs = {"gated_mlp": "mc_gm.sqlite", "gelu_mlp": "mc_gelu_mlp.sqlite", "pair_transition": "mc_pair_transition.sqlite",
+       "attention": "mc_attention.sqlite", "triangle_attention_starting": "mc_triangle_attention_starting.sqlite"}
+for extra in sys.argv[1:]:
+    dbs[extra] = f"mc_{extra}.sqlite"
+data = {}
+for wl, dbp in dbs.items():
+    seen = {}
+    for cj, m in sqlite3.connect(dbp).execute("select candidate_json, measured_s from trials where status='ok' and measured_s > 0"):
+        seen.setdefault(cj, []).append(m)
+    data[wl] = (load(wl, None), [(Candidate.from_json(cj), float(np.median(ms))) for cj, ms in seen.items()])
+print("sum lat " + " ".join(f"{w[:10]:>10s}" for w in dbs) + "   mean")
+for rate in (0, 60e9, 90e9, 136e9):
+    for lat in (0.0, 2.0, 5.5):
+        if rate == 0 and lat: continue
+        s = dataclasses.replace(spec, sum_flops=rate, accumulator_latency=lat)
+        rhos = []
+        for wl, (w, cands) in data.items():
+            pred = np.array([costmodel.estimate(w, c, s).total_s for c, _ in cands])
+            meas = np.array([m for _, m in cands])
+            rhos.append(spearman_rho(np.log(pred), np.log(meas)))
+        print(f"{rate/1e9:4.0f} {lat:3.1f} " + " ".join(f"{r:10.3f}" for r in rhos) + f"   {np.mean(rhos):.3f}")
