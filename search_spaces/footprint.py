@@ -299,8 +299,9 @@ def revisited_far(st: dict[str, int], order: tuple[str, ...], extents: dict[str,
     return lines_between(st, order, extents) * LINE_BYTES > REUSE_BYTES
 
 
-def inner_loop(op: Op, reads: list[tuple[dict[str, int], bool]], writes,
-               order: tuple[str, ...], extents: dict[str, int]) -> str:
+def inner_loop(op: Op, reads: list[tuple[dict[str, int], bool, bool]], writes,
+               order: tuple[str, ...], extents: dict[str, int], item: int = 4,
+               in_place=lambda i: False) -> str:
     """The index ``op``'s innermost loop walks (the others keep ``order``, whose innermost
     index, the dominant read's unit-stride one, wins ties): the one with the fewest gathers
     (a read walked with a stride), scatters (the write walked with a stride, twice as dear: a
@@ -309,7 +310,9 @@ def inner_loop(op: Op, reads: list[tuple[dict[str, int], bool]], writes,
     in L1 and only loses the vectors: a gather counts a half, a scatter a quarter, and a
     gather from a small operand of memory nothing (measured below).  ``reads``: (strides by
     index, whether the operand is small: a tensor of memory under an eighth of the largest
-    access) per read; ``writes(i)``: the write's strides with ``i`` innermost.
+    access, whether it is one of memory rather than a tile buffer) per read; ``writes(i)``:
+    the write's strides with ``i`` innermost; ``in_place(i)``: whether that write goes to the
+    output in memory rather than to a tile buffer.
 
     Why: walking only the dominant read contiguously, trimul's gb[i,k,c'] = xn[i,k,c] w[c,c']
     with xn stored channel-first and tiles (256, 4, 128) ran its innermost loop over 4 ks
@@ -322,16 +325,23 @@ def inner_loop(op: Op, reads: list[tuple[dict[str, int], bool]], writes,
     instead to write tn unit-stride ran 0.11-0.12 s.  Why small operands are free: the
     unfused triangle_attention_ending adds a pair bias tb[b,j,h] and a mask[j,i] to 1M-element
     logits walking j (both gathered, 0.06 s); walking i gathers the logits and scatters the
-    sum (0.10-0.11 s)."""
+    sum (0.10-0.11 s).  A walk whose lines crowd into a few cache sets (:func:`conflicting`:
+    a stride of a multiple of 4 KiB) counts as far however few lines it touches: they are
+    evicted before they come back, where it reads or writes memory (a tile buffer's lines
+    stay in L2).  Why: triangle_attention_starting's unfused logits lg[h,i,j,k] = sc[h,i,j,k]
+    + tb[h,j,k] + mask, tb stored (j, k, h), walked i innermost (256 lines of sc and of lg a
+    step, 256 KiB apart: "near" by their count) to spare the small tb a gather: 0.61 s for
+    67 M elements, 9 ns each; walking k, 22 ms."""
     def cost(i: str) -> float:
         nest = tuple(x for x in order if x != i) + (i,)
 
-        def strided(st: dict[str, int], far: float, near: float) -> float:
+        def strided(st: dict[str, int], far: float, near: float, memory: bool) -> float:
             if st.get(i, 0) in (0, 1):
                 return 0.0
-            return far if revisited_far(st, nest, extents) else near
-        gathers = sum(strided(st, 1.0, 0.0 if small else 0.5) for st, small in reads)
-        scatter = strided(writes(i), 2.0, 0.25) if i in op.parallel else 0.0
+            return far if revisited_far(st, nest, extents) or (
+                memory and conflicting(st, nest, extents, item)) else near
+        gathers = sum(strided(st, 1.0, 0.0 if small else 0.5, glob) for st, small, glob in reads)
+        scatter = strided(writes(i), 2.0, 0.25, in_place(i)) if i in op.parallel else 0.0
         short = max(0.0, (VECTOR_LANES - extents[i]) / VECTOR_LANES)
         return gathers + scatter + short
     return min(op.domain, key=lambda i: (cost(i), i != order[-1], op.domain.index(i)))
@@ -378,9 +388,11 @@ def plan_group(w: Workload, g: Group, tiles: tuple[int, ...], layout_of) -> list
         extents = nest_extents(op, fshape)
         order = streaming_order(op, loop_order(op, best), best, extents, item, dom_bytes)
         largest = max([size for *_, size in reads] + [math.prod(fshape)])
-        inner = inner_loop(op, [(st, glob and 8 * size < largest) for st, glob, size in reads],
+        inner = inner_loop(op, [(st, glob and 8 * size < largest, glob)
+                                for st, glob, size in reads],
                            lambda i: write_strides(w, g, op, fp, anchor, tiles, layout_of, i),
-                           order, extents)
+                           order, extents, item,
+                           lambda i: writes_in_place(g, op, layout_of, i))
         order = tuple(i for i in order if i != inner) + (inner,)
         out.append(MemberPlan(op.out, fp, ex, ex / op.iterations, order))
     return out

@@ -16,6 +16,7 @@ from costmodel.rates import (BATCHED_SMALL, SKINNY_K, SKINNY_MN, gemm_efficiency
 from search_spaces import load_workload
 from search_spaces.loader import builtin_names
 from search_spaces.candidate import IMPL_LIBRARY, GroupSchedule, make_candidate
+from search_spaces.footprint import plan_group
 from search_spaces.partition import groups
 from search_spaces.plans import named_plan
 from search_spaces.serial import loop_group_serial
@@ -125,13 +126,18 @@ def test_a_blocked_transpose_pays_no_pattern_cost():
     assert total(w, cand, replace(NEUTRAL, access=AccessCosts(1.0, 1.0, 1.0))) == base
 
 
-def test_a_blocked_transpose_of_power_of_two_rows_pays_its_set_conflicts():
-    # rows of 4,096 floats: the tile's 64 lines 16 KiB apart share one set of L1, so each
-    # store misses and reads its line back, priced at the strided read's rate
+def test_a_blocked_transpose_of_power_of_two_rows_walks_its_stores_along_rows():
+    # rows of 4,096 floats: walking the reads' rows, the tile's 64 stores a step would be lines
+    # 16 KiB apart in one set of L1, each a miss that reads its line back; the walk goes along
+    # the stores' rows instead (footprint.inner_loop), gathering the reads, whose lines are
+    # found in the outer caches.  Measured (2-core AVX-512 host, 4096^2, best of 7): tiles
+    # 64 x 64 16.5 ms walking the stores' rows, 57 ms the reads' (32 x 32: 11 against 49-56)
     w, cand = transposing_group((64, 64))
     base = total(w, cand, NEUTRAL)
-    assert total(w, cand, replace(NEUTRAL, access=AccessCosts(strided_read=8.0))) < base
     assert total(w, cand, replace(NEUTRAL, access=AccessCosts(strided_write=8.0))) == base
+    (g,) = groups(w, cand.fused_pairs)
+    (mp,) = plan_group(w, g, (64, 64), lambda t: (0, 1))
+    assert mp.order[-1] == w.op("y").parallel[1]      # y[j, i]: i, the stores' unit stride
 
 
 def test_doubled_transpose_bandwidth_predicts_a_copying_gemm_faster():
