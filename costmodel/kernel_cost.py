@@ -87,11 +87,15 @@ def _row(w, tensor, idx, grp, role, layout_of, item):
 
 def _others(w, fused_op, is_value, to_p, grp, ext, role, whole, layout_of, item):
     """Rows for the tensors a fused op reads besides its value: each once, or a broadcast
-    copy as large as the group (``whole`` bytes) where its layout does not nest the group."""
+    copy as large as the group (``whole`` bytes) where its layout does not nest the group,
+    nor its batch group split before its last index (the kernel's two-level batch stride)."""
     out = []
+    split = (grp[0][:-1], grp[0][-1:], *grp[1:]) if len(grp[0]) >= 2 else None
     for t, idx in dict.fromkeys((a.tensor, a.idx) for a in accesses(w.op(fused_op).expr)
                                 if not is_value(a)):
-        flat = group_strides(tuple(to_p[i] for i in idx), w.shapes[t], layout_of(t), grp, ext)
+        sub = tuple(to_p[i] for i in idx)
+        flat = group_strides(sub, w.shapes[t], layout_of(t), grp, ext) or (
+            split is not None and group_strides(sub, w.shapes[t], layout_of(t), split, ext))
         out.append((t, math.prod(w.shapes[t]) * item, role, 0.0 if flat else whole))
     return out
 

@@ -114,15 +114,25 @@ class GemmKernel:
         sb = st(b)
         if b.shape[0] == 1:
             sb[0] = 0
+        xst = []
         for x in extra:
             if x.dtype != self.dtype or any(s % it for s in x.strides):
                 raise ValueError(f"extra arrays must be {self.dtype} in whole-element strides")
-            # over (batch, m, n) for an epilogue, (batch, m, k) or (batch, k, n) for a prologue
-            if x.ndim == 3 and (x.shape[0] not in (nb, 1) or x.shape[1:] not in (
-                    c.shape[1:], (m, k), (k, b.shape[2]))):
+            # over (batch, m, n) for an epilogue, (batch, m, k) or (batch, k, n) for a prologue;
+            # or (outer batch, inner batch, ...): a batch of two indices that no one stride
+            # walks (a tensor broadcast along one of them), item b at (b / inner, b % inner)
+            if x.ndim not in (3, 4):
+                xst += [1, 0, 0, 0, 0]
+                continue
+            batch = x.shape[0] if x.ndim == 3 else x.shape[0] * x.shape[1]
+            if batch not in (nb, 1) or x.shape[-2:] not in (c.shape[1:], (m, k), (k, b.shape[2])):
                 raise ValueError(f"extra array of shape {x.shape} fits no operand of "
                                  f"{a.shape} @ {b.shape}")
-        xst = [v for x in extra for v in (st(x) if x.ndim == 3 else (0, 0, 0))]
+            sx = st(x)
+            if x.ndim == 3:
+                xst += [1, 0 if x.shape[0] == 1 else sx[0], 0, *sx[1:]]
+            else:
+                xst += [x.shape[1], *sx]
         # a pair's kernel runs over twice C's extent along the paired axis, in whole tiles
         h = pair_half(self.spec)
         kern = [-(-e // h) * 2 * h if along == ax else e for ax, e in zip("mn", c.shape[1:])]
