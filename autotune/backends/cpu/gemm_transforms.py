@@ -177,7 +177,7 @@ def _split_batch(full: np.ndarray, groups, ext: dict[str, int], shape3) -> np.nd
     batch does not as one dim (a tensor broadcast along part of a two-index batch: triangle
     attention's bias tb[h,j,k] over the logits' (h, i) batch, copied whole on every call
     before: 67 M floats, 0.19 s); None where that does not express it either."""
-    batch = [i for i in groups[0]]
+    batch = list(groups[0])
     if len(batch) < 2:
         return None
     view = full.view()
