@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 
 from search_spaces.candidate import IMPL_KERNEL
-from search_spaces.kernel_fusion import group_strides, kernel_parts, pair_operands
+from search_spaces.kernel_fusion import batch_split, group_strides, kernel_parts, pair_operands
 from search_spaces.gemm import as_matrix_view, gemm_form, group_size, operand_groups
 from search_spaces.ir import accesses
 from search_spaces.kernel import OUTER_A, SPLIT_BATCH, KernelParams, pair_params
@@ -90,7 +90,7 @@ def _others(w, fused_op, is_value, to_p, grp, ext, role, whole, layout_of, item)
     copy as large as the group (``whole`` bytes) where its layout does not nest the group,
     nor its batch group split before its last index (the kernel's two-level batch stride)."""
     out = []
-    split = (grp[0][:-1], grp[0][-1:], *grp[1:]) if len(grp[0]) >= 2 else None
+    split = batch_split(grp)
     for t, idx in dict.fromkeys((a.tensor, a.idx) for a in accesses(w.op(fused_op).expr)
                                 if not is_value(a)):
         sub = tuple(to_p[i] for i in idx)

@@ -232,6 +232,14 @@ def kernel_parts(w: Workload, fused: set[tuple[str, str]], anchor: str) -> Kerne
     return parts
 
 
+def batch_split(groups: tuple[tuple[str, ...], ...]) -> tuple[tuple[str, ...], ...] | None:
+    """``groups`` (batch, rows, cols) with the batch split before its last index: (outer
+    batch, inner batch, rows, cols), how the generated kernel reads an extra array whose batch
+    does not nest as one dim (two batch strides: item b at b / inner and b % inner).  None
+    for a batch of fewer than two indices."""
+    return (groups[0][:-1], groups[0][-1:], *groups[1:]) if len(groups[0]) >= 2 else None
+
+
 def group_strides(idx: tuple[str, ...], shape: tuple[int, ...], perm: tuple[int, ...],
                   groups: tuple[tuple[str, ...], ...], ext: dict[str, int]
                   ) -> tuple[int, ...] | None:

@@ -132,10 +132,12 @@ class LoopEmitter:
             out[r] = ("0", self.n(op.extent(r)))
         return out
 
+    end_qualifier = ""      # before a tile end's declaration (a generator may not read it)
+
     def tile_bounds(self, k: int, indent: str) -> str:
         """Declares ``b<k>``, ``e<k>``: the anchor tile ``t<k>``'s range along dim ``k``."""
         I, eff, ext = self.itype, self.n(self.eff[k]), self.n(self.anchor.out_shape[k])
-        return (f"{indent}const {I} b{k} = t{k} * {eff}; "
+        return (f"{indent}const {I} b{k} = t{k} * {eff}; {self.end_qualifier}"
                 f"const {I} e{k} = b{k} + {eff} < {ext} ? b{k} + {eff} : {ext};")
 
     # ---- loops and expressions ---------------------------------------------------------------

@@ -16,7 +16,8 @@ import numpy as np
 
 from search_spaces.gemm import gemm_form
 from search_spaces.ir import Access, Binary, Call, Const, Expr, Pow, Select, Unary
-from search_spaces.kernel_fusion import Epilogue, KernelParts, Prologue, group_strides
+from search_spaces.kernel_fusion import (Epilogue, KernelParts, Prologue, batch_split,
+                                         group_strides)
 from search_spaces.workload import Workload
 
 from autotune.backends.cpu.codegen import C_FUNCTIONS
@@ -171,18 +172,19 @@ def kernel_transforms(w: Workload, parts: KernelParts, layout_of
     return hooks, tuple(extras)
 
 
-def _split_batch(full: np.ndarray, groups, ext: dict[str, int], shape3) -> np.ndarray | None:
-    """``full`` (one dim per index, in the groups' order) as (outer batch, inner batch, rows,
-    cols), the batch group's last index the inner one, where its rows and cols nest and its
-    batch does not as one dim (a tensor broadcast along part of a two-index batch: triangle
-    attention's bias tb[h,j,k] over the logits' (h, i) batch, copied whole on every call
-    before: 67 M floats, 0.19 s); None where that does not express it either."""
-    batch = list(groups[0])
-    if len(batch) < 2:
+def _split_batch(full: np.ndarray, groups, ext: dict[str, int]) -> np.ndarray | None:
+    """``full`` (one dim per index, in the groups' order) over the groups split as
+    ``kernel_fusion.batch_split`` says (outer batch, inner batch, rows, cols), where its rows
+    and cols nest and its batch does not as one dim (a tensor broadcast along part of a
+    two-index batch: triangle attention's bias tb[h,j,k] over the logits' (h, i) batch, copied
+    whole on every call before: 67 M floats, 0.19 s); None where that does not express it
+    either."""
+    split = batch_split(groups)
+    if split is None:
         return None
     view = full.view()
     try:
-        view.shape = [shape3[0] // ext[batch[-1]], ext[batch[-1]], *shape3[1:]]
+        view.shape = [math.prod(ext[i] for i in g) for g in split]
     except AttributeError:
         return None
     return view
@@ -215,7 +217,7 @@ def transform_arrays(w: Workload, extras: tuple[tuple[FusionSite, TransformOpera
         try:
             view.shape = shape3
         except AttributeError:
-            view = _split_batch(full, site.groups, ext, shape3)
+            view = _split_batch(full, site.groups, ext)
             if view is None:
                 if copied is not None:
                     copied.append(o.tensor)

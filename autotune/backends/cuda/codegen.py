@@ -148,11 +148,6 @@ class _KernelEmitter(LoopEmitter):
         shape = padded_shape(self.buf_shape(tensor), self.item)
         return strides(shape, tuple(range(len(shape))))
 
-    def tile_bounds(self, k: int, indent: str) -> str:
-        # a tile's end is read only where tiles do not divide the extent (the counts below
-        # are the full tile's): elsewhere it is declared for nothing
-        return super().tile_bounds(k, indent).replace(f"const {self.itype} e{k}",
-                                                       f"[[maybe_unused]] const {self.itype} e{k}")
 
     # ---- one member ----------------------------------------------------------------------
     def thread_order(self, op, par_order: list[str]) -> list[str]:
@@ -244,6 +239,9 @@ class _KernelEmitter(LoopEmitter):
 
     # ---- the kernel ----------------------------------------------------------------------
     all_bounds = False          # b<k>/e<k> for untiled dims too
+    # a tile's end is read only where tiles do not divide the extent (a member's counts are
+    # the full tile's): elsewhere it is declared for nothing
+    end_qualifier = "[[maybe_unused]] "
 
     def body(self, out: list[str]) -> None:
         for mp in self.plans:
