@@ -15,7 +15,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from .ir import Access, Binary, Call, Const, Expr, Op, Pow, Unary, accesses, count_flops, to_text
+from .ir import (Access, Binary, Call, Const, Expr, Op, Pow, Unary, accesses, count_flops, rename,
+                 to_text)
 from .trees import Tree, canonical, tree_text
 from .workload import Workload
 
@@ -93,7 +94,9 @@ def _known(e) -> bool:
 
 
 def product_of(op: Op) -> Product | None:
-    """The statement as a product of three or more leaves, or None if it is not one."""
+    """The statement as a product of three or more leaves, or of two where one is more than
+    one access (``(x[t,c] - mu[c]) * (x[t,d] - mu[d])``: split, each compound leaf is computed
+    once over its own indices and the contraction reads plain tensors, a GEMM), or None."""
     if op.combiner != "sum" or not op.reduction or not _known(op.expr):
         return None
     groups: dict[frozenset, list[Expr]] = {}
@@ -104,7 +107,7 @@ def product_of(op: Op) -> Product | None:
             consts.append(f)
             continue
         groups.setdefault(frozenset(i for a in accs for i in a.idx), []).append(f)
-    if len(groups) < 3:
+    if len(groups) < 2:
         return None
     leaves = []
     for facs in groups.values():
@@ -113,7 +116,18 @@ def product_of(op: Op) -> Product | None:
             expr = times(expr, f)
         idx = tuple(dict.fromkeys(i for a in accesses(expr) for i in a.idx))
         leaves.append(Leaf(expr, idx))
+    if len(leaves) == 2 and all(leaf.is_access for leaf in leaves):
+        return None     # already a pairwise contraction of plain tensors
     return Product(op, tuple(leaves), tuple(consts))
+
+
+def leaf_key(leaf: Leaf, ext: dict[str, int]) -> tuple[str, tuple[int, ...]]:
+    """What a compound leaf computes, whatever its indices are called: its text over
+    positional index names, and their extents.  Two leaves with one key are one tensor read
+    through different indices (a centred ``x`` read as ``[t,c]`` and as ``[t,d]``), computed
+    once."""
+    pos = {i: f"_{k}" for k, i in enumerate(leaf.indices)}
+    return to_text(rename(leaf.expr, pos)), tuple(ext[i] for i in leaf.indices)
 
 
 # ---- printing ---------------------------------------------------------------------------------
@@ -192,9 +206,10 @@ class _Costs:
 
     def leaf_flops(self) -> int:
         """Flops of the elementwise ops that compound leaves become (the same for every order)."""
-        total = 0
+        total, seen = 0, set()
         for leaf in self.p.leaves:
-            if not leaf.is_access:
+            if not leaf.is_access and leaf_key(leaf, self.ext) not in seen:
+                seen.add(leaf_key(leaf, self.ext))
                 total += math.prod(self.ext[i] for i in leaf.indices) * count_flops(leaf.expr)[0]
         return total
 
@@ -267,7 +282,7 @@ def order_flops(p: Product, tree: Tree, dtype: str = "float32") -> int:
 
 def choices_for(op: Op, dtype: str = "float32", k: int = ORDER_CHOICES) -> OrderChoices | None:
     """The ``k`` best orders of ``op`` that need fewer flops than the op unsplit (None if the
-    op is no product of three or more leaves, or no order beats it)."""
+    op is no product :func:`product_of` splits, or no order beats it)."""
     p = product_of(op)
     if p is None:
         return None

@@ -8,7 +8,8 @@ For ``r[a,d] += A[a,b] * B[b,c] * M[c,d]`` and the order ``((0,1),2)`` the state
 
 A leaf that is more than one access (``exp(A[a,b])``, ``A[a,b] * s[a,b]``) becomes an elementwise
 op of its own first, so that every pairwise contraction reads two plain tensors (a library GEMM
-can run it; fusion may still put the elementwise op back into its consumer's tiles).  New
+can run it; fusion may still put the elementwise op back into its consumer's tiles); two
+leaves that compute the same thing under other index names (``orders.leaf_key``) share one op.  New
 tensors are named ``<statement>__<k>`` (k counting up, skipping names already taken) in the
 order they are computed; the last contraction keeps the statement's name and indices, so its
 consumers and the program outputs are unchanged and no intermediate ever becomes an output.
@@ -22,7 +23,7 @@ from itertools import count
 
 from .candidate import Candidate
 from .ir import Access, Binary, Expr, Op, accesses, rename
-from .orders import Product, product_of, times
+from .orders import Product, leaf_key, product_of, times
 from .trees import Tree, canonical, leaves_of
 from .workload import Workload
 
@@ -63,15 +64,18 @@ def split(p: Product, tree: Tree, taken: set[str]) -> list[Op]:
         return {i for k in leaves_of(t) for i in p.leaves[k].indices}
 
     everything = leaves_of(tree)
+    computed: dict[tuple, str] = {}     # leaf_key -> the elementwise op that computes it
 
     def build(t: Tree, root: bool) -> Access:
         if isinstance(t, int):
             leaf = p.leaves[t]
             if leaf.is_access:
                 return leaf.expr
-            name = fresh()
-            ops.append(_canonical_op(name, leaf.indices, leaf.expr, ext, op.line))
-            return Access(name, leaf.indices)
+            key = leaf_key(leaf, ext)
+            if key not in computed:
+                computed[key] = fresh()
+                ops.append(_canonical_op(computed[key], leaf.indices, leaf.expr, ext, op.line))
+            return Access(computed[key], leaf.indices)
         a, b = build(t[0], False), build(t[1], False)
         expr: Expr = Binary("*", a, b)
         if root:
@@ -125,8 +129,8 @@ def rewrite(w: Workload, orders: Orders) -> Workload:
             continue
         p = product_of(op)
         if p is None:
-            raise ValueError(f"statement {op.out!r} is not a product of three or more factors; "
-                             f"it has no contraction order")
+            raise ValueError(f"statement {op.out!r} is not a product of three or more factors, "
+                             f"nor of two with a compound one; it has no contraction order")
         family[op.out] = split(p, chosen.pop(op.out), taken)
         ops += family[op.out]
     if chosen:

@@ -6,7 +6,7 @@ choices are repaired (edges dropped in order until the partition is legal), so e
 answers yields a legal candidate.
 
 The first questions are the contraction orders (``order:STMT``, one per product of three or more
-factors that some order makes cheaper): each answer rewrites the workload
+factors, or of two with a compound one, that some order makes cheaper): each answer rewrites the workload
 (search_spaces.rewrite), and every later question (fusion, impls, layouts, tiles) is asked of
 the rewritten workload's space, a *variant* of this one, whose new intermediates are ordinary
 tensors.  A variant's question whose options mean something else than the same question's here
@@ -49,7 +49,10 @@ from .workload import Workload
 # 8: no KC slices under 64 (the kernel:ANCHOR:kc choices of few-row products, search_spaces.kernel).
 # 9: a library contraction's arithmetic on a backend with tensor cores (the precision:ANCHOR
 #    parameters, GroupSchedule.precision, search_spaces.precision).
-SPACE_VERSION = "9"
+# 10: a product of two factors, one of them compound (``(x[t,c] - mu[c]) * (x[t,d] - mu[d])``),
+#    has an order too (order:STMT, search_spaces.orders.product_of); a compound factor repeated
+#    under other index names is computed once (search_spaces.rewrite.split).
+SPACE_VERSION = "10"
 UNSPLIT = "none"          # the order:STMT answer that leaves the statement as written
 Choose = Callable[[str, Sequence], object]
 

@@ -8,7 +8,9 @@ import warnings
 import numpy as np
 
 from costmodel.devices import DeviceSpec
-from search_spaces.orders import order_choices
+from search_spaces.ir import Access, Expr, accesses, count_flops
+from search_spaces.orders import order_choices, times
+from search_spaces.rewrite import rewrite
 from search_spaces.workload import Workload
 
 from autotune.backends.factory import backend_kind
@@ -34,18 +36,36 @@ def compulsory_bytes(w: Workload) -> int:
                    + sum(math.prod(w.shapes[o]) for o in w.outputs))
 
 
+def useful_flops(w: Workload) -> int:
+    """The flops no plan can avoid: each product the space may split (orders.product_of) in its
+    order of fewest flops, not as written (a bilinear layer's single statement would otherwise
+    raise the floor above the plans that split it: 0.9x the floor, measured), and a sum's
+    constant factors (``/ sqrt(D)``, ``/ T``) once per element of its result, as a GEMM's alpha
+    applies them, not once per term (a covariance's ``/ T`` per term put its 0.9x plans under
+    the floor)."""
+    best = tuple((stmt, ch.orders[0].tree) for stmt, ch in sorted(order_choices(w).items()))
+    total = 0
+    for op in rewrite(w, best).ops:
+        per = op.flops_per_iteration()[0]
+        if op.combiner == "sum" and op.reduction:
+            scale: Expr = Access("_", ())
+            for c in (f for f in op.factors() if not accesses(f)):
+                scale = times(scale, c)
+            const = count_flops(scale)[0]
+            total += op.iterations * (per - const) + op.out_size * const
+        else:
+            total += op.iterations * per
+    return total
+
+
 def floor_of(w: Workload, spec, calibrated: bool | None = None) -> dict:
     """The roofline floor of ``w`` on a cost-model device spec: useful flops at the peak FMA
-    rate (the machine's limit; products of several factors in their order of fewest flops) or
+    rate (the machine's limit; :func:`useful_flops`) or
     compulsory bytes at the copy bandwidth, whichever is longer; float64 at F64_SHARE of the
     float32 rates.
     The same flops at the library GEMM rate are reported beside it (``gemm_floor_s``): what a
     plan whose every flop ran in BLAS would take."""
-    # a product of three or more factors counts at its order of fewest flops (what the space
-    # may choose), not as written: a bilinear layer's single statement would otherwise raise the
-    # floor above the plans that split it (0.9x the floor, measured)
-    flops = w.flops() - sum(ch.unsplit_flops - ch.orders[0].flops
-                            for ch in order_choices(w).values())
+    flops = useful_flops(w)
     nbytes = compulsory_bytes(w)
     # float64 at half the float32 rates: half the lanes of a vector (AVX2, AVX-512, NEON), and
     # the datasheets' FP64 (non-tensor) rate of the A100 and H100/H200 is half their FP32

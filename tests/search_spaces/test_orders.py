@@ -180,6 +180,38 @@ def test_intermediate_names_skip_tensors_that_exist():
     _offered_orders_agree_with_the_reference(w)
 
 
+def test_two_factors_one_compound_split_with_the_repeated_factor_computed_once():
+    # a covariance: the centred x is one leaf read as [t,c] and as [t,d]
+    w = workload("mu[c] += x[t,c] / T\n"
+                 "r[c,d] += (x[t,c] - mu[c]) * (x[t,d] - mu[d]) / T",
+                 {"T": 40, "C": 6}, {"x": ["T", "C"]})
+    op = w.op("r")
+    p = product_of(op)
+    assert len(p.leaves) == 2 and not any(leaf.is_access for leaf in p.leaves)
+    ch = _offered_orders_agree_with_the_reference(w)
+    assert [tree_text(o.tree) for o in ch.orders] == ["(0,1)"]
+    # one subtraction over (t, c), then a multiply-add and the 1/T over (c, d, t)
+    assert ch.orders[0].flops == 40 * 6 + 3 * 40 * 6 * 6 < ch.unsplit_flops
+    rw = rewrite(w, (("r", (0, 1)),))
+    assert [o.out for o in rw.ops] == ["mu", "r__1", "r"]
+    assert rw.op("r__1").combiner == "none" and rw.shapes["r__1"] == (40, 6)
+    assert rw.op("r").text() == "r[d0,d1] += ((r__1[d2,d0] * r__1[d2,d1]) / 40.0)"
+    # the named plans take the split, so the contraction can be a library GEMM
+    space = SearchSpace(w)
+    assert named_plan(space, "heuristic").orders == (("r", (0, 1)),)
+    assert "r" in space.variant((("r", (0, 1)),)).library_ok and "r" not in space.library_ok
+
+
+def test_two_factors_are_left_alone_where_splitting_saves_nothing():
+    # plain accesses: already a pairwise contraction
+    assert product_of(workload("r[a,c] += A[a,b] * B[b,c]", {"N": 4},
+                               {"A": ["N", "N"], "B": ["N", "N"]}).ops[0]) is None
+    # the compound factor spans every index: as many flops split, and a tensor more
+    w = workload("r[a] += exp(A[a,b]) * v[b]", {"N": 8}, {"A": ["N", "N"], "v": ["N"]})
+    assert product_of(w.ops[0]) is not None and choices_for(w.ops[0]) is None
+    assert SearchSpace(w).order_choices == {}
+
+
 def test_rewrite_rejects_what_it_cannot_split():
     w = chain([4, 5, 6, 7])
     with pytest.raises(ValueError, match="no statement"):
@@ -234,8 +266,8 @@ def test_builtins_have_no_orders_and_unchanged_candidates(name):
         cand = named_plan(space, plan)
         assert cand.orders == () and "orders" not in cand.to_dict()
         assert rewritten(w, cand) is w
-    assert SPACE_VERSION == "9"     # 2: orders; 3: kernel impl; 4: chains; 5, 6: stacks; 7: pairs;
-    #                                  8: kc choices; 9: GEMM precisions
+    assert SPACE_VERSION == "10"    # 2: orders; 3: kernel impl; 4: chains; 5, 6: stacks; 7: pairs;
+    #                                  8: kc choices; 9: GEMM precisions; 10: two-factor orders
 
 
 def test_random_candidates_round_trip_and_rebuild_from_their_params():

@@ -221,6 +221,22 @@ def test_the_floor_counts_a_product_at_its_order_of_fewest_flops():
     assert fl["compute_s"] == pytest.approx(fl["useful_flops"] / CPU_DEFAULT.f32_flops)
 
 
+def test_the_floor_applies_a_sums_constant_factors_once_per_result():
+    # s += q * k / sqrt(D): a multiply-add per term, the scale once per score; m += x / C the
+    # same for a plain reduction; an elementwise op's constants stay per element
+    from autotune.bench.roofline import useful_flops
+    from search_spaces import parse_workload
+    text = ('name = "scaled"\noutputs = ["y"]\nprogram = """\n'
+            's[i,j] += q[i,d] * k[j,d] / sqrt(D)\nm[i] += s[i,j] / J\n'
+            'y[i,j] = s[i,j] * 2.0 - m[i]\n"""\n[dims]\nI = 8\nJ = 16\nD = 4\n'
+            '[inputs]\nq = ["I", "D"]\nk = ["J", "D"]\n')
+    w = parse_workload(text, "scaled.toml")
+    scale = w.op("s").flops_per_iteration()[0] - 2          # what / sqrt(D) costs
+    assert scale >= 1
+    assert useful_flops(w) == (8 * 16 * 4 * 2 + 8 * 16 * scale) + (8 * 16 + 8) + 8 * 16 * 2
+    assert useful_flops(w) < w.flops()
+
+
 def test_a_float64_floor_is_at_half_the_float32_rates():
     from costmodel.devices import CPU_DEFAULT
     from autotune.bench.roofline import floor_of
