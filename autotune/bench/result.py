@@ -15,6 +15,7 @@ PLAN_NAMES = ("best", "heuristic", "unfused", "greedy")
 ORDER = PLAN_NAMES + PEER_NAMES
 LABELS = {"jax": "jax (XLA)", "inductor": "inductor (torch.compile)", "torch": "torch (eager)"}
 DEFAULT_OUT = Path("bench") / "results"
+SAME_PLAN = "the same plan as best"    # a named plan's note when the search cached that plan
 
 
 @dataclass(frozen=True)

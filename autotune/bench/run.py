@@ -43,8 +43,8 @@ from search_spaces.workload import Workload
 
 from autotune.bench.isolated import isolated_runner
 from autotune.bench.peers import PeerUnavailable   # a builder raises it when its framework is missing
-from autotune.bench.result import (DEFAULT_OUT, ORDER, PEER_NAMES, BenchResult, Contender,
-                                   result_name, save_result)
+from autotune.bench.result import (DEFAULT_OUT, ORDER, PEER_NAMES, SAME_PLAN, BenchResult,
+                                   Contender, result_name, save_result)
 from autotune.bench.roofline import floor_of, spec_of
 from autotune.bench.runners import (PEER_BUILDERS, Context, Runner, first_line, plan_runner,
                                     run_greedy)
@@ -175,7 +175,7 @@ def run_bench(w: Workload, device: str = "cpu", peers=PEER_NAMES, rounds: int = 
         build(name, "plan", lambda c=c: plan_runner(ctx, c))
         rows[name]["predicted_s"] = predicted[name]
         if name != "best" and c.key == cand.key:
-            rows[name]["note"] = "the same plan as best"
+            rows[name]["note"] = SAME_PLAN
     try:
         for name in peers:
             build(name, "peer", (lambda name=name: isolated_runner(name, ctx, seed))

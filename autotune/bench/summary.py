@@ -4,7 +4,7 @@ and its heuristic plan, as a table, a JSON record and a bar chart.
 Each row comes from that workload's own one-process bench run (interleaved rounds, medians):
 ratios are never formed across runs.  ``vs_best_peer`` < 1 means the tuned plan beat every peer
 that ran correctly; ``vs_heuristic`` <= 1.05 is the issue's "within 5 % of the fixed rule or
-faster".  A peer that was skipped, failed or gave wrong results is no contender.
+faster" (the heuristic plan itself, when the search cached it, passes).  A peer that was skipped, failed or gave wrong results is no contender.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from db.records import Status
 
-from autotune.bench.result import PEER_NAMES, BenchResult
+from autotune.bench.result import PEER_NAMES, SAME_PLAN, BenchResult
 from autotune.report.units import fmt_s
 
 HEURISTIC_SLACK = 1.05
@@ -35,12 +35,16 @@ class SummaryRow:
     peers_s: dict                       # every correct peer's median
     json_path: str | None
     error: str = ""                     # why the run made no row of figures
+    # the search cached the heuristic plan itself: the two rows time one plan, so their
+    # ratio is the rounds' noise and no verdict
+    same_as_heuristic: bool = False
 
     @property
     def wins(self) -> bool:
         """Ahead of every peer and within HEURISTIC_SLACK of the heuristic plan or faster."""
         return self.vs_best_peer is not None and self.vs_best_peer < 1 and \
-            (self.vs_heuristic is None or self.vs_heuristic <= HEURISTIC_SLACK)
+            (self.vs_heuristic is None or self.same_as_heuristic
+             or self.vs_heuristic <= HEURISTIC_SLACK)
 
 
 def _ok(c) -> float | None:
@@ -50,12 +54,13 @@ def _ok(c) -> float | None:
 def summary_row(result: BenchResult) -> SummaryRow:
     """The row of one bench run."""
     best, heur = _ok(result.contender("best")), _ok(result.contender("heuristic"))
+    same = (h := result.contender("heuristic")) is not None and h.note == SAME_PLAN
     peers = {n: s for n in PEER_NAMES if (s := _ok(result.contender(n))) is not None}
     top = min(peers, key=peers.get) if peers else None
     return SummaryRow(
         result.workload, dict(result.dims), best, heur, top, peers.get(top),
         best / peers[top] if best and top else None, best / heur if best and heur else None,
-        peers, result.json_path)
+        peers, result.json_path, same_as_heuristic=same)
 
 
 def failed_row(workload: str, dims: dict, error: str) -> SummaryRow:
@@ -79,8 +84,9 @@ def format_summary(rows: list[SummaryRow]) -> str:
         peer = f"{r.best_peer} {fmt_s(r.best_peer_s)}" if r.best_peer else "no peer ran"
         verdict = "wins" if r.wins else ("behind a peer" if r.vs_best_peer is None
                                          or r.vs_best_peer >= 1 else "behind the heuristic")
+        heur = "same" if r.same_as_heuristic else _x(r.vs_heuristic)
         lines.append(f"{r.workload:28s}{fmt_s(r.best_s):>11s}{peer:>22s}"
-                     f"{_x(r.vs_best_peer):>9s}{_x(r.vs_heuristic):>9s}  {verdict}")
+                     f"{_x(r.vs_best_peer):>9s}{heur:>9s}  {verdict}")
     won = sum(r.wins for r in rows)
     lines.append(f"{won} of {len(rows)} workloads: tuned plan ahead of every peer and within "
                  f"{HEURISTIC_SLACK:.2f}x of the heuristic plan or faster")

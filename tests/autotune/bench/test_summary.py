@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from typer.testing import CliRunner
@@ -10,7 +11,7 @@ from typer.testing import CliRunner
 from db.records import Status
 
 from autotune.bench import summary
-from autotune.bench.result import BenchResult, Contender
+from autotune.bench.result import SAME_PLAN, BenchResult, Contender
 from autotune.cli.app import app
 from tests.support.skips import require
 
@@ -40,6 +41,19 @@ def test_a_row_compares_with_the_fastest_correct_peer_and_the_heuristic():
 ])
 def test_the_verdict(medians, wins):
     assert summary.summary_row(result("w", **medians)).wins is wins
+
+
+def test_the_heuristic_plan_cached_as_best_is_not_behind_itself():
+    # the search cached the heuristic plan: its two rows time one plan, 8 % apart by noise
+    res = result("g", best=2.6, heuristic=2.4, jax=5.0)
+    cs = tuple(replace(c, note=SAME_PLAN) if c.name == "heuristic" else c
+               for c in res.contenders)
+    row = summary.summary_row(replace(res, contenders=cs))
+    assert row.same_as_heuristic and row.wins
+    assert row.vs_heuristic == pytest.approx(2.6 / 2.4)        # still recorded
+    line = summary.format_summary([row]).splitlines()[2]
+    assert "same" in line and line.endswith("wins")
+    assert not summary.summary_row(res).wins                     # two plans: 1.08x behind
 
 
 def test_table_and_json(tmp_path):
