@@ -52,6 +52,28 @@ def product():
     return parse_workload(PRODUCT, "product.toml")
 
 
+# two factors, both compound and the same under other index names: the split computes the
+# centred x once and reads it as both operands of one contraction
+COVARIANCE = '''name = "covariance"
+outputs = ["corr"]
+program = """
+mu[c] += x[t,c] / T
+r[c,d] += (x[t,c] - mu[c]) * (x[t,d] - mu[d]) / T
+vr[c] += (x[t,c] - mu[c]) * (x[t,c] - mu[c]) / T
+corr[c,d] = r[c,d] * rsqrt(vr[c] + 1e-6) * rsqrt(vr[d] + 1e-6)
+"""
+[dims]
+T = 50
+C = 13
+[inputs]
+x = ["T", "C"]
+'''
+
+
+def covariance():
+    return parse_workload(COVARIANCE, "covariance.toml")
+
+
 def candidates(w, n: int, seed: int, bounds: TileBounds = TileBounds()):
     space = SearchSpace(w, bounds)
     rng = np.random.default_rng(seed)
@@ -75,8 +97,8 @@ def check(w, plan_of, cands, seed: int = 0):
     return orders
 
 
-@pytest.mark.parametrize("make", [product, lambda: load_workload(str(CHAIN), {"N": 20})],
-                         ids=["product", "chain3"])
+@pytest.mark.parametrize("make", [product, lambda: load_workload(str(CHAIN), {"N": 20}),
+                                  covariance], ids=["product", "chain3", "covariance"])
 def test_random_candidates_run_on_the_cpu(make, tmp_path):
     w = make()
     n_orders = len(SearchSpace(w).order_choices["r"].orders)
@@ -103,9 +125,10 @@ def emulator():
     return HostEmulator(threads=4)
 
 
-def test_cuda_plans_under_the_emulator(emulator, tmp_path):
+@pytest.mark.parametrize("make", [product, covariance])
+def test_cuda_plans_under_the_emulator(make, emulator, tmp_path):
     from autotune.backends.cuda.executor import CudaPlan
-    w = product()
+    w = make()
     cands = [c for c in candidates(w, 6, 2, TileBounds(1, 1024)) if c.orders]
     assert cands
     check(w, lambda c: CudaPlan(w, c, tmp_path, runtime=emulator), cands, seed=1)
