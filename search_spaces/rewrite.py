@@ -9,8 +9,8 @@ For ``r[a,d] += A[a,b] * B[b,c] * M[c,d]`` and the order ``((0,1),2)`` the state
 A leaf that is more than one access (``exp(A[a,b])``, ``A[a,b] * s[a,b]``) becomes an elementwise
 op of its own first, so that every pairwise contraction reads two plain tensors (a library GEMM
 can run it; fusion may still put the elementwise op back into its consumer's tiles); two
-leaves that compute the same thing under other index names (``orders.leaf_key``) share one op.  New
-tensors are named ``<statement>__<k>`` (k counting up, skipping names already taken) in the
+leaves that compute the same thing under other index names (``orders.leaf_key``) share one op.
+New tensors are named ``<statement>__<k>`` (k counting up, skipping names already taken) in the
 order they are computed; the last contraction keeps the statement's name and indices, so its
 consumers and the program outputs are unchanged and no intermediate ever becomes an output.
 """

@@ -4,7 +4,8 @@ and its heuristic plan, as a table, a JSON record and a bar chart.
 Each row comes from that workload's own one-process bench run (interleaved rounds, medians):
 ratios are never formed across runs.  ``vs_best_peer`` < 1 means the tuned plan beat every peer
 that ran correctly; ``vs_heuristic`` <= 1.05 is the issue's "within 5 % of the fixed rule or
-faster" (the heuristic plan itself, when the search cached it, passes).  A peer that was skipped, failed or gave wrong results is no contender.
+faster" (the heuristic plan itself, when the search cached it, passes).  A peer that was
+skipped, failed or gave wrong results is no contender.
 """
 from __future__ import annotations
 
