@@ -15,7 +15,10 @@ def params_of(space: SearchSpace, cand: Candidate) -> dict[str, object] | None:
     if any(stmt not in space.order_choices or tree_text(t) not in space.order_options(stmt)
            for stmt, t in trees.items()):
         return None                     # an order this space does not offer
-    top, space = space, space.variant(cand.orders)   # the questions after the orders
+    if any(t not in space.variant(cand.orders).inline_options for t in cand.inlined):
+        return None                     # an inlining this space does not offer
+    # the questions after the orders and the inlining
+    top, space = space, space.variant(cand.orders, cand.inlined)
     w = space.w
     fused = cand.fused_pairs
     params: dict[str, object] = {}
@@ -24,6 +27,8 @@ def params_of(space: SearchSpace, cand: Candidate) -> dict[str, object] | None:
         kind, _, rest = name.split("@", 1)[0].partition(":")
         if kind == "order":
             val = tree_text(trees[rest]) if rest in trees else UNSPLIT
+        elif kind == "inline":
+            val = int(rest in cand.inlined)
         elif kind in ("chain", "chain_block"):
             block = next((s.chain_block for s in cand.schedules if s.anchor == rest), 0)
             val = int(block > 0) if kind == "chain" else block

@@ -65,13 +65,17 @@ class Candidate:
     intermediates (``r__1``, ...) are ordinary tensors.
 
     ``stacks``: sibling contractions run as one library GEMM, each tuple in program order
-    (search_spaces.siblings); the stack runs in the first member's place."""
+    (search_spaces.siblings); the stack runs in the first member's place.
+
+    ``inlined``: elementwise intermediates recomputed in each of their consumers instead of
+    stored (search_spaces.inline), ops of the workload after its orders."""
     fused: tuple[str, ...]
     layouts: tuple[tuple[str, tuple[int, ...]], ...]
     schedules: tuple[GroupSchedule, ...]
     name: str = ""
     orders: tuple[tuple[str, Tree], ...] = ()
     stacks: tuple[tuple[str, ...], ...] = ()
+    inlined: tuple[str, ...] = ()
 
     def layout(self, tensor: str, rank: int) -> tuple[int, ...]:
         for t, perm in self.layouts:
@@ -98,6 +102,8 @@ class Candidate:
             d["orders"] = {stmt: to_json(t) for stmt, t in self.orders}
         if self.stacks:   # likewise absent when nothing is stacked
             d["stacks"] = [list(s) for s in self.stacks]
+        if self.inlined:  # and when nothing is inlined
+            d["inlined"] = list(self.inlined)
         return d
 
     def stack(self, member: str) -> tuple[str, ...]:
@@ -116,7 +122,8 @@ class Candidate:
                                    key=lambda s: s.anchor)),
             name=d.get("name", ""),
             orders=tuple(sorted((stmt, canonical(t)) for stmt, t in d.get("orders", {}).items())),
-            stacks=tuple(sorted(tuple(str(m) for m in s) for s in d.get("stacks", []))))
+            stacks=tuple(sorted(tuple(str(m) for m in s) for s in d.get("stacks", []))),
+            inlined=tuple(sorted(str(t) for t in d.get("inlined", []))))
 
     @staticmethod
     def from_json(text: str) -> "Candidate":
@@ -134,7 +141,7 @@ class Candidate:
 
 
 def make_candidate(fused, layouts: dict, schedules, name: str = "", orders=(),
-                   stacks=()) -> Candidate:
+                   stacks=(), inlined=()) -> Candidate:
     """Canonical constructor: sorted edges, layouts, schedules, orders and stacks, so equal
     plans compare equal (a stack keeps its members' program order)."""
     return Candidate(tuple(sorted(fused)),
@@ -142,4 +149,4 @@ def make_candidate(fused, layouts: dict, schedules, name: str = "", orders=(),
                                   if tuple(p) != tuple(range(len(p))))),
                      tuple(sorted(schedules, key=lambda s: s.anchor)), name,
                      tuple(sorted((stmt, canonical(t)) for stmt, t in dict(orders).items())),
-                     tuple(sorted(tuple(s) for s in stacks)))
+                     tuple(sorted(tuple(s) for s in stacks)), tuple(sorted(inlined)))

@@ -18,30 +18,39 @@ from .workload import Workload
 
 NAMED_PLANS = ("unfused", "greedy", "heuristic")
 CHAINED = "chained"        # the heuristic plan with every chain on (chained_plan)
-SEED_NAMES = NAMED_PLANS + (CHAINED,)      # the names seed_plans gives its plans
+INLINED = "inlined"        # the heuristic plan with every inlinable op inlined (inlined_plan)
+SEED_NAMES = NAMED_PLANS + (CHAINED, INLINED)      # the names seed_plans gives its plans
 TILE_TARGET = 8192   # anchor elements per tile: enough work per tile, buffers stay in L2
+# an anchor of this many iterations or more is cut into at least MIN_TILES tiles, however few
+# elements it has: a column max over 1536 x 1536 (1536 elements) in one tile of 1536 ran on
+# one core, 10 ms, where 16-wide tiles ran 1.4 ms on two
+PARALLEL_WORK = 1 << 20
+MIN_TILES = 16
 
 
 def default_tiles(w: Workload, members: tuple[str, ...], anchor: str, layout: tuple[int, ...],
                   options: list[list[int]]) -> tuple[int, ...]:
-    """Tile the anchor's outer storage dims down to about TILE_TARGET elements per tile, keeping
-    full every dim whose tiling would make a member recompute work."""
+    """Tile the anchor's outer storage dims down to about TILE_TARGET elements per tile (to
+    MIN_TILES tiles at least, for an anchor of PARALLEL_WORK iterations or more), keeping full
+    every dim whose tiling would make a member recompute work."""
     from .partition import Group
     op = w.op(anchor)
     g = Group(members, anchor)
     tiles = [e for e in op.out_shape]
     layout_of = lambda t: tuple(range(len(w.shapes[t])))
     volume = math.prod(op.out_shape)
+    target = TILE_TARGET if op.iterations < PARALLEL_WORK else \
+        min(TILE_TARGET, max(1, volume // MIN_TILES))
     for d in layout:
         rest = volume // op.out_shape[d]
-        want = max(1, math.ceil(TILE_TARGET / max(rest, 1)))
+        want = max(1, math.ceil(target / max(rest, 1)))
         t = min([o for o in options[d] if o >= want] or [options[d][-1]])
         trial = list(tiles)
         trial[d] = t
         if all(m.recompute <= 1.0 + 1e-9 for m in plan_group(w, g, tuple(trial), layout_of)):
             tiles = trial
             volume = rest * min(t, op.out_shape[d])
-        if volume <= TILE_TARGET:
+        if volume <= target:
             break
     return tuple(tiles)
 
@@ -215,6 +224,8 @@ def chained_plan(space: SearchSpace) -> Candidate:
             return 1
         if kind == "order":
             return opts[-1]           # a chain's statement (the others are split already)
+        if kind == "inline":
+            return 0                  # stored, as in the heuristic plan
         if kind == "chain_block":
             return min(opts, key=lambda b: abs(b - CHAIN_BLOCK))
         if kind == "stack":
@@ -242,12 +253,26 @@ def chained_plan(space: SearchSpace) -> Candidate:
     return replace(cand, orders=orders) if orders else cand
 
 
+def inlined_plan(space: SearchSpace) -> Candidate:
+    """The heuristic plan of the workload with every intermediate the space may inline
+    inlined (search_spaces.inline), its products in their orders of fewest flops."""
+    orders = space.best_orders()
+    inlined = tuple(sorted(space.variant(orders).inline_options))
+    cand = _named(space.variant(orders, inlined), "heuristic")
+    return replace(cand, name=INLINED, orders=orders, inlined=inlined)
+
+
 def seed_plans(space: SearchSpace) -> list[Candidate]:
     """The plans a search measures first and starts its model's climb from: the named plans,
-    and the chained plan where the space has a chain (one of its own choices that no named
-    plan takes: a chain is one step from the heuristic plan only when its product statement
-    is also left unsplit, so a climb one parameter at a time may never reach it; a causal
+    the chained plan where the space has a chain (one of its own choices that no named plan
+    takes: a chain is one step from the heuristic plan only when its product statement is
+    also left unsplit, so a climb one parameter at a time may never reach it; a causal
     attention nobody wrote for the tuner measured its chained plan 1.45x faster than the best
-    of a 40-trial search without it)."""
+    of a 40-trial search without it), and the inlined plan where it may inline (the model
+    prices a recomputed intermediate's strided reads as scalar loops: a block whose inlined
+    plan ran 0.84 ms against 1.5 ms stored was predicted 8.6 against 3.2 ms, so a search led
+    by the model alone never measured it)."""
     named = [named_plan(space, n) for n in NAMED_PLANS]
-    return named + ([chained_plan(space)] if space.chains else [])
+    named += [chained_plan(space)] if space.chains else []
+    return named + ([inlined_plan(space)] if space.variant(space.best_orders()).inline_options
+                    else [])

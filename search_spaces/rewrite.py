@@ -23,6 +23,7 @@ from itertools import count
 
 from .candidate import Candidate
 from .ir import Access, Binary, Expr, Op, accesses, rename
+from .inline import inline
 from .orders import Product, leaf_key, product_of, times
 from .trees import Tree, canonical, leaves_of
 from .workload import Workload
@@ -139,7 +140,9 @@ def rewrite(w: Workload, orders: Orders) -> Workload:
 
 
 def rewritten(w: Workload, cand: Candidate) -> Workload:
-    """The workload ``cand`` runs: ``w`` rewritten with the candidate's contraction orders.
+    """The workload ``cand`` runs: ``w`` rewritten with the candidate's contraction orders, then
+    its inlined intermediates substituted into their consumers (search_spaces.inline).
     Every consumer of a (workload, candidate) pair (cost model, code generators, executors,
     reports) starts here; the float64 reference stays the original workload's."""
-    return rewrite(w, cand.orders) if cand.orders else w
+    rw = rewrite(w, cand.orders) if cand.orders else w
+    return inline(rw, cand.inlined) if cand.inlined else rw

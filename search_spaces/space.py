@@ -16,6 +16,7 @@ of options per parameter name in a study.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 from itertools import permutations
 from typing import Callable, Sequence
 
@@ -23,6 +24,7 @@ from .candidate import (IMPL_KERNEL, IMPL_LIBRARY, IMPL_LOOP, STANDALONE_IMPLS, 
                         GroupSchedule, make_candidate)
 from .chain import Chain, detect
 from .gemm import gemm_form
+from .inline import inlinable, inline
 from .kernel import KernelBounds
 from .kernel_space import ask_kernel_fusions, kernel_params, kernel_question_options
 from .orders import OrderChoices, order_choices
@@ -52,7 +54,9 @@ from .workload import Workload
 # 10: a product of two factors, one of them compound (``(x[t,c] - mu[c]) * (x[t,d] - mu[d])``),
 #    has an order too (order:STMT, search_spaces.orders.product_of); a compound factor repeated
 #    under other index names is computed once (search_spaces.rewrite.split).
-SPACE_VERSION = "10"
+# 11: elementwise intermediates inlined into their consumers (the inline:OP parameters,
+#    Candidate.inlined, search_spaces.inline).
+SPACE_VERSION = "11"
 UNSPLIT = "none"          # the order:STMT answer that leaves the statement as written
 Choose = Callable[[str, Sequence], object]
 
@@ -78,13 +82,15 @@ class SearchSpace:
     """Every candidate for one workload on one backend.
 
     ``choices``: the statements offered contraction orders (by default every product
-    that some order makes cheaper; a variant, built for a rewritten workload, offers none)."""
+    that some order makes cheaper; a variant, built for a rewritten workload, offers none, nor
+    inlining)."""
 
     def __init__(self, w: Workload, bounds: TileBounds = TileBounds(),
                  choices: dict[str, OrderChoices] | None = None):
         self.w, self.bounds = w, bounds
         self.order_choices = order_choices(w) if choices is None else choices
-        self._variants: dict[Orders, SearchSpace] = {}
+        self.rewrites = choices is None         # asks order:* and inline:* questions
+        self._variants: dict[tuple, SearchSpace] = {}
         spec = w.space
         self.edges = edges_of(w.ops)
         self.forbid = {tuple(e.split("->")) for e in spec.get("forbid_fusion", [])}
@@ -119,13 +125,15 @@ class SearchSpace:
         self.precisions = precision_options(w, bounds.precisions)
 
     # ---- contraction orders --------------------------------------------------------------
-    def variant(self, orders: Orders) -> "SearchSpace":
-        """The space of the workload rewritten with ``orders`` (this space if there are none)."""
-        if not orders:
+    def variant(self, orders: Orders, inlined: tuple[str, ...] = ()) -> "SearchSpace":
+        """The space of the workload rewritten with ``orders``, then with ``inlined`` inlined
+        (this space if there are neither)."""
+        if not orders and not inlined:
             return self
-        key = tuple(sorted(orders))
+        key = (tuple(sorted(orders)), tuple(sorted(inlined)))
         if key not in self._variants:
-            self._variants[key] = SearchSpace(rewrite(self.w, key), self.bounds, {})
+            w = inline(rewrite(self.w, key[0]), key[1])
+            self._variants[key] = SearchSpace(w, self.bounds, {})
         return self._variants[key]
 
     def order_options(self, stmt: str) -> list[str]:
@@ -144,6 +152,22 @@ class SearchSpace:
                 out.append((stmt, parse_tree(pick)))
         return tuple(out)
 
+    # ---- inlining ------------------------------------------------------------------------
+    @cached_property
+    def inline_options(self) -> tuple[str, ...]:
+        """The ops an ``inline:OP`` question is asked for (of this space's workload): not an
+        online-softmax chain's members (inlined, the softmax is no chain any more, and the
+        chain already keeps them out of memory)."""
+        if not self.w.space.get("inline", True):
+            return ()       # `inline = false` in [space]
+        inchain = {m for ch in self.chains.values() for m in ch.members}
+        return tuple(t for t in inlinable(self.w) if t not in inchain)
+
+    def ask_inlines(self, choose: Choose, orders: Orders) -> tuple[str, ...]:
+        """The ops inlined, asked of the workload after ``orders`` (whose ops they are)."""
+        return tuple(t for t in self.variant(orders).inline_options
+                     if choose(f"inline:{t}", [0, 1]))
+
     def meaning(self, question: str):
         """What the options of ``question`` stand for in this space (None: never asked)."""
         kind, _, rest = question.partition(":")
@@ -156,6 +180,8 @@ class SearchSpace:
             return kernel_question_options(self.kernel_bounds, self.w, anchor).get(what)
         if kind == "chain":
             return [0, 1] if rest in self.chains else None
+        if kind == "inline":
+            return [0, 1]
         if kind == "chain_block":
             return self.chain_blocks(rest) if rest in self.chains else None
         if kind in ("fuse", "pair"):
@@ -172,12 +198,15 @@ class SearchSpace:
             return opts[int(k)] if int(k) < len(opts) else None
         return None
 
-    def _qualified(self, choose: Choose, sub: "SearchSpace", orders: Orders) -> Choose:
+    def _qualified(self, choose: Choose, sub: "SearchSpace", orders: Orders,
+                   inlined: tuple[str, ...] = ()) -> Choose:
         """``choose`` for a variant's questions: a question whose options mean something else
         there than here (impl:r once r is a pairwise contraction, the layouts and tiles of the
-        new intermediates) is asked as ``question@r=((0,1),2)``, so that a parameter name
-        always has one set of options (Optuna requires it of a study)."""
-        tag = ";".join(f"{stmt}={tree_text(t)}" for stmt, t in orders)
+        new intermediates, the fusions of an inlined op's inputs) is asked as
+        ``question@r=((0,1),2)`` (``question@r=((0,1),2);inline=y,z``), so that a parameter
+        name always has one set of options (Optuna requires it of a study)."""
+        tag = ";".join([f"{stmt}={tree_text(t)}" for stmt, t in orders]
+                       + ([f"inline={','.join(inlined)}"] if inlined else []))
 
         def ask(question: str, opts):
             if sub.meaning(question) != self.meaning(question):
@@ -264,9 +293,11 @@ class SearchSpace:
     def build(self, choose: Choose, name: str = "") -> Candidate:
         """Ask every decision through ``choose``; returns a legal candidate."""
         orders = self.ask_orders(choose)
-        if orders:
-            sub = self.variant(orders)
-            return replace(sub.build(self._qualified(choose, sub, orders), name), orders=orders)
+        inlined = tuple(sorted(self.ask_inlines(choose, orders))) if self.rewrites else ()
+        if orders or inlined:
+            sub = self.variant(orders, inlined)
+            return replace(sub.build(self._qualified(choose, sub, orders, inlined), name),
+                           orders=orders, inlined=inlined)
         w = self.w
         chains = self.ask_chains(choose)
         # a chained group is exactly its chain: its members run as generated loops, and no

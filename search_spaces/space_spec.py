@@ -8,6 +8,8 @@ force_fusion = ["mu->xc"]          # edges always fused
 contraction_impls = ["library"]    # subset of library, loop, kernel
 layouts = "auto"                   # "auto" (identity and GEMM-friendly orders), "all", "identity"
 chains = false                     # no online-softmax chain fusion (search_spaces.chain)
+stacks = false                     # no sibling contractions stacked (search_spaces.siblings)
+inline = false                     # no intermediate inlined (search_spaces.inline)
 ```
 """
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Callable
 from .ir import Op
 
 SPACE_KEYS = {"tiles", "forbid_fusion", "force_fusion", "contraction_impls", "layouts", "chains",
-              "stacks"}
+              "stacks", "inline"}
 # a library GEMM, a generated tiled loop nest, or the generated GEMM kernel (CPU backend)
 IMPLS = ("library", "loop", "kernel")
 
@@ -69,7 +71,7 @@ def validate_space(raw, ops, err: Callable[..., Exception]) -> dict:
         if raw["layouts"] not in ("auto", "all", "identity"):
             raise err("[space] layouts must be \"auto\", \"all\" or \"identity\"", "layouts")
         out["layouts"] = raw["layouts"]
-    for key in ("chains", "stacks"):
+    for key in ("chains", "stacks", "inline"):
         if key in raw:
             if not isinstance(raw[key], bool):
                 raise err(f"[space] {key} must be true or false", key)

@@ -90,6 +90,7 @@ def explain(workload: WorkloadArg = DEFAULT_WORKLOAD,
     if fmt == "json":
         d = est.to_dict()
         d["plan"] = plan
+        d["inlined"] = list(cand.inlined)
         d["orders"] = [{"statement": ch.stmt, "order": tree_text(t) if t is not None else "none",
                         "text": describe(ch, t, w.dtype), "rank": ch.rank(t) if t else None,
                         "offered": [tree_text(o.tree) for o in ch.orders],
@@ -104,6 +105,9 @@ def explain(workload: WorkloadArg = DEFAULT_WORKLOAD,
                + f"  plan: {plan}  device: {spec.name}")
     for ch, t in orders:
         typer.echo(f"order: {describe(ch, t, w.dtype)}")
+    if cand.inlined:
+        typer.echo(f"inlined: {', '.join(cand.inlined)} (recomputed in each consumer, "
+                   f"never stored)")
     for k, g in enumerate(est.groups):
         op = rw.op(g.anchor)
         dom = ", ".join(f"{i}:{e}" for i, e in zip(op.parallel, op.out_shape))

@@ -45,11 +45,13 @@ def _named_times(trials: list[StoredTrial], batch: list[StoredTrial]
 
 
 def plan_summary(cand: Candidate) -> str:
-    """One line: contraction orders, fused edges, library groups, stacked siblings,
-    non-identity layouts."""
+    """One line: contraction orders, inlined intermediates, fused edges, library groups,
+    stacked siblings, non-identity layouts."""
     lib = [s.anchor + (f" ({s.precision})" if s.precision else "")
            for s in cand.schedules if s.impl == "library"]
     parts = [f"{len(cand.schedules)} groups", f"fused {', '.join(cand.fused) or 'nothing'}"]
+    if cand.inlined:
+        parts.insert(0, "inlined " + ", ".join(cand.inlined))
     if cand.orders:
         parts.insert(0, "split " + ", ".join(f"{stmt} as {tree_text(t)}"
                                              for stmt, t in cand.orders))

@@ -41,7 +41,7 @@ def model_favourites(w, space, dev, config: SearchConfig, seen: set[str],
         return pool[c.key][0]
 
     seeds = {c.name: c for c in seed_plans(space)}
-    for start in ("heuristic", "unfused", "chained"):
+    for start in ("heuristic", "unfused", "chained", "inlined"):
         if start not in seeds:
             continue
         params = params_of(space, seeds[start])
@@ -51,8 +51,9 @@ def model_favourites(w, space, dev, config: SearchConfig, seen: set[str],
         best = score(cand)
         # each start keeps to its family: the chained plan's descent keeps its chains on (its
         # first step turned attention's chain off, the one change the cheaper unchained plans
-        # already cover, before the layouts that make the walk fast were ever tried)
-        fixed = "chain:" if start == "chained" else None
+        # already cover, before the layouts that make the walk fast were ever tried); the
+        # inlined plan's keeps its ops inlined likewise
+        fixed = {"chained": "chain:", "inlined": "inline:"}.get(start)
         for _ in range(config.climb_rounds):
             improved = False
             for name in sorted(opts):
@@ -97,7 +98,7 @@ def model_favourites(w, space, dev, config: SearchConfig, seen: set[str],
 def structure(c: Candidate) -> tuple:
     """What a candidate is apart from its tiles and kernel parameters."""
     return (c.fused, tuple(sorted((s.anchor, s.impl) for s in c.schedules)), c.layouts,
-            c.orders)
+            c.orders, c.inlined)
 
 
 def build_with_defaults(space, params: dict) -> tuple[Candidate, dict, dict]:

@@ -14,7 +14,7 @@ from optuna.trial import TrialState
 from costmodel.model import memory_bytes
 from db.records import Status, StoredTrial, TrialOutcome
 from search_spaces.candidate import Candidate
-from search_spaces.plans import CHAINED, named_plan, seed_plans
+from search_spaces.plans import CHAINED, INLINED, named_plan, seed_plans
 from search_spaces.answers import params_of
 
 from autotune.search.config import Progress
@@ -166,10 +166,11 @@ class SearchState:
         if cand.key in self.measured:                 # already measured: reuse, don't rerun
             status, median = self.measured[cand.key]
             error = REUSED
-        elif cand.name != CHAINED and (error := self.prune_reason(pred, corrected)) is not None:
-            # (the chained plan is measured whatever its prediction: it stands for a whole
-            # region of the space the model prices least surely, and a column softmax's
-            # chain, predicted 3.4x the best, ran 1.2x faster than it)
+        elif cand.name not in (CHAINED, INLINED) and \
+                (error := self.prune_reason(pred, corrected)) is not None:
+            # (the chained and inlined plans are measured whatever their predictions: each
+            # stands for a whole region of the space the model prices least surely; a column
+            # softmax's chain, predicted 3.4x the best, ran 1.2x faster than it)
             status, median = Status.PRUNED, None
         elif (error := self.memory_refusal(cand)) is not None:
             status, median = Status.FAILED, None
@@ -243,8 +244,8 @@ class SearchState:
             return math.inf
 
     def queue(self) -> list[tuple[dict, str]]:
-        """(params, name) of the seed plans (the named plans, and the chained plan where the
-        space has a chain), fastest predicted first, then of the model's
+        """(params, name) of the seed plans (the named plans, and the chained and inlined
+        plans where the space has them), fastest predicted first, then of the model's
         favourites.  Their predictions are noted at once: whether a candidate is one of the
         model's favourites (never given up on after one run) is then decided among everything
         the model has ranked, not among the few trials run so far; and the first plan measured

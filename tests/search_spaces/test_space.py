@@ -194,6 +194,7 @@ def test_legal_partitions_match_the_definition(name):
 # ---- named plans and random candidates of every built-in --------------------------------------
 
 def check_candidate(space: SearchSpace, cand: Candidate):
+    space = space.variant(cand.orders, cand.inlined)     # the workload the candidate runs
     w = space.w
     fused = cand.fused_pairs
     assert check_partition(w, fused) is None, cand.fused

@@ -39,6 +39,7 @@ from costmodel.cuda_limits import over_limit, shared_bytes
 from search_spaces import builtin_names, load_workload, parse_workload
 from search_spaces.candidate import GroupSchedule, make_candidate
 from search_spaces.plans import NAMED_PLANS, named_plan
+from search_spaces.rewrite import rewritten
 from search_spaces.space import SearchSpace, TileBounds
 from tests.support.skips import GPU_PRESENT_SKIP, GPU_SKIP
 from tests.support.where import causal
@@ -115,7 +116,8 @@ def test_generated_cuda_compiles_with_nvcc(name, tmp_path):
     parts, where, line = [], [], 1
     n_kernels = 0
     for j, cand in enumerate(candidates(w, RANDOM_PER_WORKLOAD)):
-        src, kernels = generate_cuda(w, cand, prefix=f"p{j}_")
+        # (the generator takes the workload the candidate runs: inlined ops gone)
+        src, kernels = generate_cuda(rewritten(w, cand), cand, prefix=f"p{j}_")
         n_kernels += len(kernels)
         where.append((line, cand.name or cand.key))
         parts.append(src)
@@ -183,7 +185,7 @@ def test_generated_cuda_compiles_with_nvrtc(name, nvrtc):
     import ctypes
     from autotune.backends.cuda.runtime import NVRTC_OPTIONS
     w = small(name)
-    src = "\n".join(generate_cuda(w, c, prefix=f"p{j}_")[0]
+    src = "\n".join(generate_cuda(rewritten(w, c), c, prefix=f"p{j}_")[0]
                     for j, c in enumerate(candidates(w, RANDOM_PER_WORKLOAD)))
 
     def compile_for(arch: str) -> tuple[int, str]:
@@ -346,8 +348,9 @@ def test_shared_bytes_agrees_with_generated_kernels():
     for name in builtin_names():
         w = small(name)
         for cand in candidates(w, 8, seed=5):
-            _, kernels = generate_cuda(w, cand)
-            assert shared_bytes(w, cand) == max([k.smem_bytes for k in kernels], default=0)
+            rw = rewritten(w, cand)
+            _, kernels = generate_cuda(rw, cand)
+            assert shared_bytes(rw, cand) == max([k.smem_bytes for k in kernels], default=0)
             for k in kernels:
                 assert 32 <= k.block <= 256 and k.block % 32 == 0
                 assert k.grid == math.prod(math.ceil(e / t) for e, t in

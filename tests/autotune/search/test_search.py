@@ -35,7 +35,7 @@ from db.records import BestPlan, Status, TrialOutcome
 from db.store import PlanDB
 from search_spaces import load_workload
 from search_spaces.candidate import Candidate
-from search_spaces.plans import named_plan
+from search_spaces.plans import named_plan, seed_plans
 from search_spaces.space import SearchSpace
 
 from tests.support.caches import link_caches
@@ -44,6 +44,9 @@ from tests.support.skips import GPU_PRESENT_SKIP
 DIMS = {"N": 16, "C": 8}
 DIMS_CLI = "N=16,C=8"
 NAMED = ("unfused", "heuristic", "greedy")
+# the seed plans of trimul at these dims: the named plans and the inlined plan (its layer
+# norms' centred tensors inlined), measured first
+SEEDS = NAMED + ("inlined",)
 # the search's own trials; its confirmation at the end: test_confirm_end_to_end.py
 LIB_CONFIG = SearchConfig(budget=12, model_pool=50, model_seeds=3, confirm_rounds=0)
 runner = CliRunner()
@@ -110,13 +113,14 @@ def test_search_runs_the_budget_and_records_every_trial(w, lib_search):
         assert {r.study for r in rows} == {result.study}
         counts = db.trial_counts(result.key.key)
         assert counts == {"ok": p.measured, "failed": p.failed, "pruned": p.pruned}
-        # the named plans come first, fastest predicted first; none fails on the CPU (the cost
-        # model may prune one against a faster measured plan, never the first trial)
-        assert sorted(r.name for r in rows[:3]) == sorted(NAMED)
-        assert [r.predicted_s for r in rows[:3]] == sorted(r.predicted_s for r in rows[:3])
+        # the seed plans come first, fastest predicted first; none fails on the CPU (the cost
+        # model may prune a named plan against a faster measured plan, never the first trial)
+        assert sorted(c.name for c in seed_plans(SearchSpace(w))) == sorted(SEEDS)
+        seeds = rows[:len(SEEDS)]
+        assert sorted(r.name for r in seeds) == sorted(SEEDS)
+        assert [r.predicted_s for r in seeds] == sorted(r.predicted_s for r in seeds)
         assert rows[0].status == "ok", rows[0].error
-        assert all(r.status in ("ok", "pruned") for r in rows[:3]), \
-            [r.error for r in rows[:3]]
+        assert all(r.status in ("ok", "pruned") for r in seeds), [r.error for r in seeds]
         for r in rows:
             if r.status == "pruned" and r.corrected_s not in (None, r.predicted_s):
                 # pruned while a learned correction was active: corrected against corrected
@@ -323,7 +327,7 @@ def test_cli_show_best_json(w, cli_search):
     assert row["workload"] == "trimul_outgoing" and row["dims"] == DIMS
     assert row["measured_s"] == best.measured_s
     assert row["candidate"] == best.candidate
-    measured = {t.name for t in trials if t.status == "ok"} & set(NAMED)
+    measured = {t.name for t in trials if t.status == "ok"} & set(SEEDS)
     assert "unfused" in measured                        # the first trial: never pruned
     assert set(row["speedup"]) == measured
     for n in measured:
@@ -331,7 +335,7 @@ def test_cli_show_best_json(w, cli_search):
         assert row["named_s"][n] == t
         assert row["speedup"][n] == pytest.approx(t / best.measured_s)
         assert row["speedup"][n] >= 1.0                # the best is at least as fast as each
-    for n in set(NAMED) - measured:                     # pruned by the cost model, not failed
+    for n in set(SEEDS) - measured:                     # pruned by the cost model, not failed
         assert [t.status for t in trials if t.name == n] == ["pruned"]
     assert sum(row["trials"].values()) == 6
     assert row["stale"] == ""
@@ -424,7 +428,7 @@ def test_killed_search_resumes(w, tmp_path, shared_caches):
     n = len(before)
     assert 5 <= n < 40, "the kill came too late to test anything"
     assert [r.number for r in before] == list(range(n))
-    assert sorted(r.name for r in before[:3]) == sorted(NAMED)
+    assert sorted(r.name for r in before[:len(SEEDS)]) == sorted(SEEDS)
 
     r = subprocess.run(cmd + [str(n + 3)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        text=True, timeout=150)
