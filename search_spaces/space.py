@@ -6,12 +6,13 @@ choices are repaired (edges dropped in order until the partition is legal), so e
 answers yields a legal candidate.
 
 The first questions are the contraction orders (``order:STMT``, one per product of three or more
-factors, or of two with a compound one, that some order makes cheaper): each answer rewrites
-the workload (search_spaces.rewrite), and every later question (fusion, impls, layouts, tiles) is asked of
-the rewritten workload's space, a *variant* of this one, whose new intermediates are ordinary
-tensors.  A variant's question whose options mean something else than the same question's here
-is asked under a name qualified by the orders (``impl:r@r=((0,1),2)``): Optuna requires one set
-of options per parameter name in a study.
+factors, or of two with a compound one, that some order makes cheaper), then whether to inline
+each elementwise intermediate search_spaces.inline offers (``inline:OP``): each answer rewrites
+the workload (search_spaces.rewrite), and every later question (fusion, impls, layouts, tiles)
+is asked of the rewritten workload's space, a *variant* of this one, whose new intermediates
+are ordinary tensors.  A variant's question whose options mean something else than the same
+question's here is asked under a name qualified by the orders and inlined ops
+(``impl:r@r=((0,1),2)``): Optuna requires one set of options per parameter name in a study.
 """
 from __future__ import annotations
 
