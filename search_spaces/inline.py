@@ -22,10 +22,9 @@ slower).  The cost model prices what is recomputed like any fused producer's wor
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import replace
 
-from .ir import Access, Binary, Call, Expr, Op, Pow, Select, Unary, rename
+from .ir import Expr, Op, rebuild, rename
 from .workload import Workload
 
 
@@ -51,21 +50,8 @@ def inlinable(w: Workload) -> tuple[str, ...]:
 def substitute(e: Expr, producer: Op) -> Expr:
     """``e`` with every read of ``producer``'s tensor replaced by its body, renamed to the
     read's indices."""
-    if isinstance(e, Access):
-        if e.tensor != producer.out:
-            return e
-        return rename(producer.expr, dict(zip(producer.parallel, e.idx)))
-    if isinstance(e, Unary):
-        return Unary(e.op, substitute(e.x, producer))
-    if isinstance(e, Binary):
-        return Binary(e.op, substitute(e.a, producer), substitute(e.b, producer))
-    if isinstance(e, Pow):
-        return Pow(substitute(e.base, producer), e.exponent)
-    if isinstance(e, Select):
-        return Select(e.cond, substitute(e.a, producer), substitute(e.b, producer))
-    if isinstance(e, Call):
-        return Call(e.fn, tuple(substitute(a, producer) for a in e.args))
-    return e
+    return rebuild(e, lambda a: a if a.tensor != producer.out
+                   else rename(producer.expr, dict(zip(producer.parallel, a.idx))))
 
 
 @functools.lru_cache(maxsize=64)
@@ -85,4 +71,4 @@ def inline(w: Workload, names: tuple[str, ...]) -> Workload:
         ops = [op if op.out == name or name not in op.inputs()
                else replace(op, expr=substitute(op.expr, producer))
                for op in ops if op.out != name]
-    return replace(w, ops=tuple(ops), space_json=json.dumps(w.space, sort_keys=True))
+    return replace(w, ops=tuple(ops))

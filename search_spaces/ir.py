@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Union
+from typing import Callable, Union
 
 import numpy as np
 
@@ -157,21 +157,29 @@ def to_text(e: Expr) -> str:
     return f"{e.fn}({', '.join(to_text(a) for a in e.args)})"
 
 
-def rename(e: Expr, mapping: dict[str, str]) -> Expr:
-    """``e`` with its index names replaced through ``mapping``."""
+def rebuild(e: Expr, access: Callable[[Access], Expr],
+            cond: Callable[[Condition], Condition] = lambda c: c) -> Expr:
+    """``e`` with every access replaced by ``access(it)`` and every where()'s condition by
+    ``cond(it)``, the rest of the tree as it is."""
     if isinstance(e, Access):
-        return Access(e.tensor, tuple(mapping[i] for i in e.idx))
+        return access(e)
     if isinstance(e, Const):
         return e
     if isinstance(e, Unary):
-        return Unary(e.op, rename(e.x, mapping))
+        return Unary(e.op, rebuild(e.x, access, cond))
     if isinstance(e, Binary):
-        return Binary(e.op, rename(e.a, mapping), rename(e.b, mapping))
+        return Binary(e.op, rebuild(e.a, access, cond), rebuild(e.b, access, cond))
     if isinstance(e, Pow):
-        return Pow(rename(e.base, mapping), e.exponent)
+        return Pow(rebuild(e.base, access, cond), e.exponent)
     if isinstance(e, Select):
-        return Select(e.cond.renamed(mapping), rename(e.a, mapping), rename(e.b, mapping))
-    return Call(e.fn, tuple(rename(a, mapping) for a in e.args))
+        return Select(cond(e.cond), rebuild(e.a, access, cond), rebuild(e.b, access, cond))
+    return Call(e.fn, tuple(rebuild(a, access, cond) for a in e.args))
+
+
+def rename(e: Expr, mapping: dict[str, str]) -> Expr:
+    """``e`` with its index names replaced through ``mapping``."""
+    return rebuild(e, lambda a: Access(a.tensor, tuple(mapping[i] for i in a.idx)),
+                   lambda c: c.renamed(mapping))
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,15 @@ def times(acc: Expr | None, f: Expr) -> Expr:
     return f if acc is None else Binary("*", acc, f)
 
 
+def scale_flops(consts) -> int:
+    """Flops of multiplying one value by the constant factors ``consts`` (a division counts
+    as one, as written)."""
+    scaled: Expr = Access("_", ())
+    for k in consts:
+        scaled = times(scaled, k)
+    return count_flops(scaled)[0]
+
+
 def _known(e) -> bool:
     """Only expression kinds whose indices are all in their accesses (a node kind added later,
     an index condition say, keeps its statement unsplit until this learns about it)."""
@@ -175,10 +184,7 @@ class _Costs:
         self.ext = dict(zip(p.op.domain, p.op.extents))
         self.sets = [frozenset(leaf.indices) for leaf in p.leaves]
         self.out = frozenset(p.op.parallel)
-        scaled: Expr = Access("_", ())
-        for k in p.consts:
-            scaled = times(scaled, k)
-        self.const_flops = count_flops(scaled)[0]   # what the root's constant factors add
+        self.const_flops = scale_flops(p.consts)    # what the root's constant factors add
 
     def idx(self, mask: int) -> frozenset:
         return frozenset().union(*(s for k, s in enumerate(self.sets) if mask >> k & 1))

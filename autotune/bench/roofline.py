@@ -8,8 +8,8 @@ import warnings
 import numpy as np
 
 from costmodel.devices import DeviceSpec
-from search_spaces.ir import Access, Expr, accesses, count_flops
-from search_spaces.orders import order_choices, times
+from search_spaces.ir import accesses
+from search_spaces.orders import order_choices, scale_flops
 from search_spaces.rewrite import rewrite
 from search_spaces.workload import Workload
 
@@ -48,10 +48,7 @@ def useful_flops(w: Workload) -> int:
     for op in rewrite(w, best).ops:
         per = op.flops_per_iteration()[0]
         if op.combiner == "sum" and op.reduction:
-            scale: Expr = Access("_", ())
-            for c in (f for f in op.factors() if not accesses(f)):
-                scale = times(scale, c)
-            const = count_flops(scale)[0]
+            const = scale_flops([f for f in op.factors() if not accesses(f)])
             total += op.iterations * (per - const) + op.out_size * const
         else:
             total += op.iterations * per
