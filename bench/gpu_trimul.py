@@ -172,6 +172,25 @@ def run_greedy(w, spec: str, cache_dir: Path, timeout_s: float, ref, emulate: bo
     return res
 
 
+def breakdown(w, cand, plan, inputs, spec, repeats: int = 5) -> list[dict]:
+    """Each group of ``plan``: its measured median seconds (CUDA events between groups, from
+    :meth:`CudaPlan.timed_call`) beside the cost model's prediction and its kind."""
+    from costmodel import estimate
+    from search_spaces.precision import default_precision
+    plan.timed_call(inputs, warmup=1, repeats=repeats)
+    measured = plan.group_seconds()
+    model = {g.anchor: g for g in estimate(w, cand, spec).groups}
+    rows = []
+    for anchor, secs in measured.items():
+        s = cand.schedule(anchor)
+        m = model.get(anchor)
+        rows.append({"anchor": anchor, "impl": s.impl,
+                     "precision": (s.precision or default_precision(w)) if s.impl == "library"
+                     else "-", "measured_s": secs,
+                     "predicted_s": m.predicted_s if m is not None else None})
+    return rows
+
+
 # ---- main ---------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
@@ -295,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # our plans
     kernels_dir = root / "kernels"
+    built = {}
     for name, cand in plans.items():
         # the plan-wide default, and each library contraction's own where the search chose one
         info = contenders[name] = {"kind": "plan", "predicted_s": predicted[name],
@@ -314,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
             info.update(status="failed", error=first_line(e))
             print(f"{name}: FAILED to build: {info['error']}", flush=True)
             continue
+
+        built[name] = plan
 
         def call(plan=plan):
             outs = plan.run_device(**inputs)
@@ -398,6 +420,20 @@ def main(argv: list[str] | None = None) -> int:
     timed_best = [n for n in times if n.startswith("best#")]
     best_name = min(timed_best, key=lambda n: contenders[n]["median_s"]) if timed_best else \
         ("heuristic" if "heuristic" in times else None)
+
+    # where the time goes: the best plan's and the heuristic's groups, each timed between CUDA
+    # events, beside the cost model's figure for it
+    for name in dict.fromkeys(n for n in (best_name, "heuristic") if n in runners):
+        contenders[name]["groups"] = breakdown(w, plans[name], built[name], inputs, spec)
+        print(f"\n{name}: group times (median of 5 runs, CUDA events) against the model")
+        print(f"  {'group':<8} {'impl':<8} {'precision':<9} {'measured':>10} {'predicted':>10}"
+              f" {'ratio':>6}")
+        for g in contenders[name]["groups"]:
+            r = g["measured_s"] / g["predicted_s"] if g["predicted_s"] else float("nan")
+            print(f"  {g['anchor']:<8} {g['impl']:<8} {g['precision']:<9} "
+                  f"{fmt_s(g['measured_s']):>10} {fmt_s(g['predicted_s']):>10} {r:>5.2f}x")
+        tot = sum(g["measured_s"] for g in contenders[name]["groups"])
+        print(f"  {'total':<27} {fmt_s(tot):>10} {fmt_s(predicted[name]):>10}", flush=True)
 
     print(f"greedy plan: one run in a subprocess (timeout {args.greedy_timeout:g} s) ...",
           flush=True)

@@ -169,11 +169,17 @@ class HostEmulator:
         pass
 
     def timer(self):
+        """The host clock in :meth:`CupyRuntime.timer`'s shape (``seconds``, ``lap()``,
+        ``laps``)."""
         class _Clock:
             def __enter__(s):
-                s.t0 = time.perf_counter()
+                s.marks = [time.perf_counter()]
                 return s
 
+            def lap(s):
+                s.marks.append(time.perf_counter())
+
             def __exit__(s, *exc):
-                s.seconds = time.perf_counter() - s.t0
+                s.seconds = time.perf_counter() - s.marks[0]
+                s.laps = [b - a for a, b in zip(s.marks, s.marks[1:])]
         return _Clock()

@@ -40,7 +40,7 @@ from search_spaces.precision import default_precision
 from search_spaces.rewrite import rewritten
 from search_spaces.workload import Workload
 
-from autotune.backends.base import Arrays, Cutoff, timed_runs
+from autotune.backends.base import Arrays, Cutoff, group_medians, timed_runs
 from autotune.backends.buffers import in_layout
 from autotune.backends.cuda.binding import CudaBoundPlan
 from autotune.backends.cuda.codegen import check_limits, generate_cuda
@@ -100,6 +100,7 @@ class CudaPlan:
             self.storage[t], self.logical[t] = in_layout(
                 shape, cand.layout(t, len(shape)), lambda s: xp.empty(s, dtype=self.dtype))
         self._gemm_plans: dict[str, _GemmPlan] = {}
+        self._profile: dict[str, float] = {}
 
     # ---- running ---------------------------------------------------------------------------
     def upload(self, inputs: dict) -> dict:
@@ -125,9 +126,11 @@ class CudaPlan:
         (overwritten by the next run) without synchronizing."""
         return self.run_with(inputs, None)
 
-    def run_with(self, inputs, bound: CudaBoundPlan | None) -> dict:
+    def run_with(self, inputs, bound: CudaBoundPlan | None,
+                 lap: Callable[[], None] | None = None) -> dict:
         """:meth:`run_device`; ``bound``: the binding whose inputs are among ``inputs`` (its
-        constant groups' arrays used, those groups skipped)."""
+        constant groups' arrays used, those groups skipped); ``lap``: called after each group
+        that ran (a timer's mark on the stream)."""
         storage = dict(self.storage)
         env = dict(self.logical)
         for n, a in self.upload(inputs).items():
@@ -140,6 +143,8 @@ class CudaPlan:
         for g in self.groups:
             if g.anchor not in skip:
                 self.run_group(g, env, storage)
+                if lap is not None:
+                    lap()
         return {o: self.logical[o] for o in self.w.outputs}
 
     def run_group(self, g: Group, env: dict, storage: dict) -> None:
@@ -160,9 +165,10 @@ class CudaPlan:
         return host
 
     def group_seconds(self) -> dict[str, float]:
-        """Not timed group by group on the GPU yet (it would take an event pair per group
-        and run): the learned correction fits such trials on their totals."""
-        return {}
+        """Each group's median seconds (by anchor) over the trusted runs of the last
+        :meth:`timed_call`: the time between CUDA events recorded on the stream after each
+        group (the previous group's end to this one's, host gaps between them included)."""
+        return dict(self._profile)
 
     def timed_call(self, inputs: dict, warmup: int = 1, repeats: int = 3,
                    check: Callable[[Arrays], bool] | None = None,
@@ -179,12 +185,16 @@ class CudaPlan:
         for _ in range(warmup):
             self.run_device(**dev)
 
+        runs: list[tuple[float, list[float]]] = []
+
         def run() -> float:
             with self.rt.timer() as t:
-                self.run_device(**dev)
+                self.run_with(dev, None, t.lap)
+            runs.append((t.seconds, t.laps))
             return t.seconds
         times = timed_runs(run, run, 0, repeats, cutoff)
         self.rt.synchronize()
+        self._profile = group_medians([g.anchor for g in self.groups], runs, times)
         return outs, times
 
     def release(self) -> None:

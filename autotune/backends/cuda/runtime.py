@@ -137,17 +137,27 @@ class CupyRuntime:
         self.cupy.cuda.Device().synchronize()
 
     def timer(self):
+        """A context that times the device work issued inside it with CUDA events:
+        ``seconds`` (the whole), and ``laps`` (seconds between the marks ``lap()`` records)."""
         cupy = self.cupy
 
         class _Events:
             def __enter__(s):
-                s.start, s.end = cupy.cuda.Event(), cupy.cuda.Event()
-                s.start.record()
+                s.marks = [cupy.cuda.Event()]
+                s.marks[0].record()
                 return s
 
+            def lap(s):
+                e = cupy.cuda.Event()
+                e.record()
+                s.marks.append(e)
+
             def __exit__(s, *exc):
-                s.end.record()
-                s.end.synchronize()
-                s.seconds = cupy.cuda.get_elapsed_time(s.start, s.end) / 1e3
+                end = cupy.cuda.Event()
+                end.record()
+                end.synchronize()
+                ms = cupy.cuda.get_elapsed_time
+                s.seconds = ms(s.marks[0], end) / 1e3
+                s.laps = [ms(a, b) / 1e3 for a, b in zip(s.marks, s.marks[1:])]
         return _Events()
 

@@ -273,6 +273,12 @@ def test_emulated_timed_call_and_device_inputs(emulator, kernel_cache):
     assert len(times) == 3 and all(t > 0 for t in times)
     _, why = verify(outs, reference(w, inputs), w.rtol)
     assert not why, why
+    # each group timed from the mark after the one before it: every group, and the groups'
+    # medians add up to about a whole run (each run's laps add up to it exactly)
+    groups = plan.group_seconds()
+    assert list(groups) == [g.anchor for g in plan.groups]
+    assert all(t > 0 for t in groups.values())
+    assert 0.5 * min(times) < sum(groups.values()) < 1.5 * max(times)
     with pytest.raises(ValueError, match="missing input"):
         plan(**{k: v for k, v in list(inputs.items())[1:]})
 
@@ -437,6 +443,10 @@ def test_gpu_named_plans_at_larger_dims_and_event_timing(gpu, tmp_path):
         assert not why, f"{name}: {why}"
         assert len(times) == 3 and all(0 < t < 10 for t in times)
         assert plan.precision == "fp32"
+        groups = plan.group_seconds()            # CUDA events between the groups
+        assert list(groups) == [g.anchor for g in plan.groups]
+        assert all(t > 0 for t in groups.values())
+        assert 0.5 * min(times) < sum(groups.values()) < 1.5 * max(times)
 
 
 @pytest.mark.cuda
