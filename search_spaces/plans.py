@@ -239,6 +239,9 @@ def chained_plan(space: SearchSpace) -> Candidate:
             perms = sub.layout_options(rest)
             perm = base.layout(rest, len(w.shapes[rest]))
             return perms.index(perm) if perm in perms else 0
+        if kind == "precision":       # a backend with tensor cores: the heuristic's arithmetic
+            prec = next((s.precision for s in base.schedules if s.anchor == rest), "")
+            return prec if prec in opts else opts[0]
         anchor, k = rest.rsplit(":", 1)
         if anchor in sub.chains:
             index = w.op(anchor).parallel[int(k)]
