@@ -22,6 +22,7 @@ class GemmShapes:
     skinny_k: float = 1.0       # K <= 128 with large M*N (the trimul projections)
     skinny_mn: float = 1.0      # min(M, N) <= 32 with the other dims large (tall-skinny)
     batched_small: float = 1.0  # a batch of small matrices in one call
+    batched: float = 1.0        # any batch of matrices in one strided-batched call (GPUs)
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,10 @@ class DeviceSpec:
     functions: FunctionCosts = FunctionCosts()
     kernel_flops: float = 0.0  # the generated contraction kernel on large shapes (0: gemm_flops)
     kernel: KernelCosts = KernelCosts()
+    # a library TF32 GEMM on tensor cores: the share of ``tf32_flops`` it reaches on large
+    # shapes, and its shape classes (costmodel.rates.precision_rate)
+    tensor_share: float = 0.65
+    tensor_shapes: GemmShapes = GemmShapes()
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -107,7 +112,7 @@ class DeviceSpec:
     @staticmethod
     def from_dict(d: dict) -> "DeviceSpec":
         nested = {"gemm_shapes": GemmShapes, "access": AccessCosts, "functions": FunctionCosts,
-                  "kernel": KernelCosts}
+                  "kernel": KernelCosts, "tensor_shapes": GemmShapes}
         return DeviceSpec(**{k: nested[k](**v) if k in nested and isinstance(v, dict) else v
                              for k, v in d.items()})
 
@@ -116,10 +121,21 @@ A100 = DeviceSpec("a100", "cuda", f32_flops=19.5e12, tf32_flops=156e12, bf16_flo
                   gemm_flops=0.9 * 19.5e12, loop_flops=0.5 * 19.5e12, bandwidth=0.85 * 2.039e12,
                   cache_bytes=40e6, launch_s=5e-6, parallel_units=108 * 4,
                   transcendental_flops=4.0)
+# The Hopper GEMM classes are cuBLAS 13 on an H200 (bench/results/h200-dda7f13, CUDA events,
+# medians of 7; gpu_gemm_shapes.json), taken for the H100 too (the same SMs and clocks):
+# SGEMM reached 50.9 TFLOP/s at 8192^3, 35.6 at a K=128 projection (492,804 x 128 x 128:
+# skinny_k = 35.6 / 53.5) and 44 at the triangle einsum's batch of 128 x 702^3 (0.88 of what
+# the K ramp leaves at K=702); TF32 on tensor cores 300 TFLOP/s at gated_mlp's 4096 x 1024 x
+# 4096 (0.6 of the peak: tensor_share, the sizes searches meet; 8192^3 reached 414), 103 at
+# the K=128 projection (0.34 of that) and 95 at the batched einsum (0.39 of what the K ramp
+# leaves): three TF32 products there cost more than one SGEMM.
+HOPPER_SIMT = GemmShapes(skinny_k=0.665, batched=0.88)
+HOPPER_TENSOR = GemmShapes(skinny_k=0.34, batched=0.39)
 H100 = DeviceSpec("h100", "cuda", f32_flops=66.9e12, tf32_flops=494.7e12, bf16_flops=989.4e12,
                   gemm_flops=0.8 * 66.9e12, loop_flops=0.4 * 66.9e12, bandwidth=0.85 * 3.35e12,
                   cache_bytes=50e6, launch_s=5e-6, parallel_units=132 * 4,
-                  transcendental_flops=4.0)
+                  transcendental_flops=4.0, gemm_shapes=HOPPER_SIMT, tensor_share=0.6,
+                  tensor_shapes=HOPPER_TENSOR)
 H200 = replace(H100, name="h200", bandwidth=0.85 * 4.8e12)
 # Measured on the 2-core AMD EPYC development machine with NumPy's OpenBLAS; `autotune
 # calibrate --device cpu` measures the machine at hand and overrides these.  The per-term

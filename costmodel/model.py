@@ -29,7 +29,7 @@ from .devices import DeviceSpec
 from .estimate import CostEstimate, FusedProducer, GroupCost
 from .kernel_cost import kernel_copy_bytes, kernel_group
 from .memo import GroupMemo
-from .rates import (LINE_ELEMS, PAGE_BYTES, gemm_rate, library_launch_s, loop_launch_s,
+from .rates import (LINE_ELEMS, PAGE_BYTES, library_launch_s, loop_launch_s,
                     loop_occupancy, precision_rate, read_waste, regions_waste, tile_overhead_s,
                     transcendental_weight, write_waste)
 from .stack_cost import stack_copy_bytes, stacked_group
@@ -140,7 +140,7 @@ def _library_group(w, g: Group, layout_of, dev: DeviceSpec, item: int,
     if form.scale != 1.0:
         # the executor applies a contraction's scale in a pass over the smallest of A, B, C
         copy_bytes += 2 * item * min(b_ * m * k, b_ * k * n, b_ * m * n)
-    rate, products = precision_rate(dev, precision, gemm_rate(dev, b_, m, n, k))
+    rate, products = precision_rate(dev, precision, b_, m, n, k)
     launches = 1
     if products > 1:
         # the split: A and B read once, their high and low parts written; each product reads

@@ -14,7 +14,7 @@ from search_spaces.ir import TRANSCENDENTAL, Call, Expr
 from search_spaces.precision import TF32_PRODUCTS
 from search_spaces.serial import loop_group_serial
 
-from .devices import DeviceSpec
+from .devices import DeviceSpec, GemmShapes
 
 LINE_ELEMS = 16        # floats per 64-byte cache line: worst-case waste of a strided access
 SMALL_GEMM = 64        # GEMM dims below this leave BLAS micro-kernels partly idle
@@ -46,14 +46,16 @@ def ramp(x: float, lo: float, hi: float, factor: float) -> float:
     return factor ** (1.0 - math.log(x / lo) / math.log(hi / lo))
 
 
-def gemm_efficiency(dev: DeviceSpec, b: int, m: int, n: int, k: int) -> float:
+def gemm_efficiency(dev: DeviceSpec, b: int, m: int, n: int, k: int,
+                    shapes: GemmShapes | None = None) -> float:
     """Fraction of ``gemm_flops`` a library GEMM of ``b`` (m x k) @ (k x n) matrices reaches:
-    the shape law times the calibrated factor of each shape class the shape falls in."""
-    s = dev.gemm_shapes
+    the shape law times the calibrated factor of each shape class the shape falls in
+    (``shapes``: the device's SIMT classes unless given, its tensor-core ones for TF32)."""
+    s = dev.gemm_shapes if shapes is None else shapes
     eff = shape_law(m, n, k) * ramp(k, *SKINNY_K, s.skinny_k) \
         * ramp(min(m, n), *SKINNY_MN, s.skinny_mn)
     if b > 1:
-        eff *= ramp((m * n * k) ** (1.0 / 3.0), *BATCHED_SMALL, s.batched_small)
+        eff *= ramp((m * n * k) ** (1.0 / 3.0), *BATCHED_SMALL, s.batched_small) * s.batched
     return max(eff, GEMM_FLOOR)
 
 
@@ -62,23 +64,18 @@ def gemm_rate(dev: DeviceSpec, b: int, m: int, n: int, k: int) -> float:
     return dev.gemm_flops * gemm_efficiency(dev, b, m, n, k)
 
 
-# The share of the tensor-core (TF32) peak a library GEMM reaches, against the share of the
-# float32 peak that ``gemm_flops`` gives the SIMT one: datasheet reasoning until `autotune
-# calibrate --device cuda` measures it (cuBLAS's large TF32 GEMMs on A100/H100 are reported at
-# 60-70 % of the tensor-core peak; its SIMT SGEMMs at ~80-90 % of the FMA peak).
-TENSOR_CORE_SHARE = 0.65
-
-
-def precision_rate(dev: DeviceSpec, precision: str, simt_rate: float) -> tuple[float, int]:
-    """(flop/s of a library GEMM in ``precision``, the products it takes): ``simt_rate`` for
-    float32 and float64, the tensor-core rate scaled like it by shape for "tf32", the same
-    shared by three products for "3xtf32" (search_spaces.precision).  A device without tensor
-    cores runs every precision as float32."""
+def precision_rate(dev: DeviceSpec, precision: str, b: int, m: int, n: int, k: int
+                   ) -> tuple[float, int]:
+    """(flop/s of a library GEMM of that shape in ``precision``, the products it takes): the
+    SIMT rate (:func:`gemm_rate`) for float32 and float64; for "tf32" the device's tensor-core
+    share of ``tf32_flops`` times its tensor-core shape classes, and the same shared by three
+    products for "3xtf32" (search_spaces.precision).  A device without tensor cores runs every
+    precision as float32."""
     products = TF32_PRODUCTS.get(precision, 0)
     if not products or dev.tf32_flops <= 0 or dev.gemm_flops <= 0:
-        return simt_rate, 1
-    shape = simt_rate / dev.gemm_flops         # the shape law's factor
-    return dev.tf32_flops * TENSOR_CORE_SHARE * shape, products
+        return gemm_rate(dev, b, m, n, k), 1
+    eff = gemm_efficiency(dev, b, m, n, k, dev.tensor_shapes)
+    return dev.tf32_flops * dev.tensor_share * eff, products
 
 
 def pattern_waste(spread: float, ratio: float) -> float:

@@ -1,18 +1,21 @@
 """The cost model applies each calibrated term (costmodel/rates.py): GEMM rates by shape class,
 bandwidth by access pattern, per-function transcendental costs, region and call overheads; and
-with the neutral defaults it is the line-granularity model the GPU presets keep."""
+with the neutral defaults it is the line-granularity model the GPU presets keep; the Hopper
+presets' GEMM classes reproduce cuBLAS's rates measured on an H200."""
 from __future__ import annotations
 
 import json
 import math
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 import costmodel
 from costmodel.devices import CPU_DEFAULT, AccessCosts, DeviceSpec, FunctionCosts, GemmShapes
 from costmodel.rates import (BATCHED_SMALL, SKINNY_K, SKINNY_MN, gemm_efficiency, gemm_rate,
-                             pattern_waste, shape_law, transcendental_weight)
+                             pattern_waste, precision_rate, shape_law,
+                             transcendental_weight)
 from search_spaces import load_workload
 from search_spaces.loader import builtin_names
 from search_spaces.candidate import IMPL_LIBRARY, GroupSchedule, make_candidate
@@ -21,6 +24,7 @@ from search_spaces.partition import groups
 from search_spaces.plans import named_plan
 from search_spaces.serial import loop_group_serial
 from search_spaces.space import SearchSpace
+from tests.support import ROOT
 from tests.support.workloads import workload
 
 # the cpu spec with every calibrated section at its neutral value
@@ -42,15 +46,47 @@ def test_the_line_granularity_ratio_gives_the_spread_itself(spread):
 
 
 def test_gpu_presets_keep_the_neutral_sections():
+    # the Hopper presets' GEMM classes are measured (below); the rest stays neutral
     for name in ("a100", "h100", "h200"):
         dev = costmodel.preset(name)
-        assert (dev.gemm_shapes, dev.access, dev.functions) == \
-            (GemmShapes(), AccessCosts(), FunctionCosts())
+        assert (dev.access, dev.functions) == (AccessCosts(), FunctionCosts())
         assert dev.region_s == dev.thread_start_s == dev.library_call_s == 0.0
+    assert costmodel.preset("a100").gemm_shapes == GemmShapes()
+
+
+# cuBLAS 13 on the H200 (bench/results/h200-dda7f13/gpu_gemm_shapes.json): (batch, m, n, k),
+# precision, the rows' case prefix
+MEASURED = [((128, 702, 702, 702), "fp32", "einsum fp32"),
+            ((128, 702, 702, 702), "tf32", "einsum tf32"),
+            ((1, 492804, 128, 128), "fp32", "projection fp32 492804x128 @ 128x128"),
+            ((1, 492804, 128, 128), "tf32", "projection tf32 492804x128 @ 128x128"),
+            ((1, 492804, 640, 128), "tf32", "projection tf32 492804x128 @ 128x640")]
+
+
+@pytest.mark.parametrize("shape,precision,case", MEASURED, ids=[m[2] for m in MEASURED])
+def test_hopper_gemm_rates_reproduce_the_h200_measurements(shape, precision, case):
+    rows = json.loads((ROOT / "bench" / "results" / "h200-dda7f13" / "gpu_gemm_shapes.json"
+                       ).read_text())["rows"]
+    got = [r["flops"] / r["seconds"] for r in rows if r["case"].startswith(case)]
+    assert got
+    rate, products = precision_rate(costmodel.preset("h200"), precision, *shape)
+    assert products == 1
+    assert 0.75 < rate / float(np.median(got)) < 1.33, (rate, got)
+
+
+def test_three_tf32_products_lose_to_sgemm_on_the_batched_einsum_on_hopper():
+    # measured: 3.3 ms against 2.0 ms; gated_mlp's 4096 x 1024 x 4096 won (0.40 against 0.70)
+    dev = costmodel.preset("h200")
+    for shape, wins in (((128, 702, 702, 702), False), ((1, 4096, 4096, 1024), True)):
+        fp32 = precision_rate(dev, "fp32", *shape)[0]
+        rate, products = precision_rate(dev, "3xtf32", *shape)
+        assert products == 3 and (rate / products > fp32) == wins
 
 
 def test_device_spec_round_trips_through_a_dict():
     assert DeviceSpec.from_dict(json.loads(json.dumps(CPU_DEFAULT.to_dict()))) == CPU_DEFAULT
+    h200 = costmodel.preset("h200")
+    assert DeviceSpec.from_dict(json.loads(json.dumps(h200.to_dict()))) == h200
 
 
 # ---- GEMM rate by shape class ----------------------------------------------------------------
