@@ -33,7 +33,7 @@ from typing import Callable
 
 import numpy as np
 
-from search_spaces.candidate import IMPL_LIBRARY, Candidate
+from search_spaces.candidate import IMPL_LIBRARY, IMPL_LOOP, Candidate
 from search_spaces.gemm import gemm_form, group_size
 from search_spaces.partition import Group, groups, materialized
 from search_spaces.precision import default_precision
@@ -79,6 +79,12 @@ class CudaPlan:
 
     def __init__(self, w: Workload, cand: Candidate, cache_dir: Path, runtime=None,
                  block: int = 256):
+        unsupported = sorted({s.impl for s in cand.schedules} - {IMPL_LOOP, IMPL_LIBRARY})
+        if unsupported or cand.stacks:
+            what = f"impl {', '.join(map(repr, unsupported))}" if unsupported else \
+                "stacked sibling GEMMs"
+            raise ValueError(f"plan {cand.name or cand.key[:12]}: the CUDA backend does not run "
+                             f"{what} (a plan from a CPU search?): search with --device cuda")
         w = rewritten(w, cand)          # the candidate's contraction orders applied
         self.w, self.cand = w, cand
         self.rt = runtime if runtime is not None else CupyRuntime()

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 import math
 import re
 import shutil
@@ -262,6 +263,18 @@ def test_emulated_boundary_tiles_and_layouts(emulator, kernel_cache):
     assert any(k.grid > 1 for k in plan.kernels.values())
     _, why = verify(plan(**inputs), ref, w.rtol)
     assert not why, why
+
+
+def test_a_cpu_only_plan_is_refused_by_name(emulator, kernel_cache):
+    # a CPU search's plan (a contraction on the generated CPU kernel) given to the CUDA
+    # backend: one clear error before anything is built, not a KeyError mid-run
+    w = small("gated_mlp")
+    cpu = named_plan(SearchSpace(w, BOUNDS), "heuristic")
+    lib = next(s for s in cpu.schedules if s.impl == "library")
+    cand = replace(cpu, schedules=tuple(replace(s, impl="kernel") if s is lib else s
+                                        for s in cpu.schedules))
+    with pytest.raises(ValueError, match="CUDA backend does not run impl 'kernel'.*--device cuda"):
+        CudaPlan(w, cand, kernel_cache, runtime=emulator)
 
 
 def test_emulated_timed_call_and_device_inputs(emulator, kernel_cache):
