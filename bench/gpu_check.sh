@@ -6,12 +6,13 @@
 #
 #     run(command="bash bench/gpu_check.sh", carry=[".whl"], timeout_s=540)
 #
-# and the files come back from $OUT (at most 4, all small):
+# and the files come back from $OUT (at most 5 and one per MORE workload, all small):
 #     gpu_check-<gpu>.log      everything printed, streamed there as it happens (unbuffered)
 #     gpu_check-<gpu>.json     each stage's exit code, time and time limit; rewritten after
 #                              every stage, so a run cut short still says how far it got
 #     plans-<gpu>.sqlite       the search's plan database (a consistent copy, after every stage)
 #     gpu_trimul-<gpu>-....json the timing against XLA and PyTorch (bench/gpu_trimul.py)
+#     gpu_gemm_shapes.json      cuBLAS's rates at the block's shapes (bench/gpu_gemm_shapes.py)
 # The float64 reference (505 MB at N=702), the kernel cache and the plan database's working copy
 # stay in a scratch folder: nothing big goes to $OUT.
 #
@@ -29,7 +30,8 @@
 # still runs, except after a failed probe).  The limits add up to at most $TOTAL_S (470 s) from
 # the start, so the whole fits the device tool's 8 minutes on a cold machine with room to spare:
 #   1. wheels  (60 s)   install the carried wheels the image lacks, offline, into /tmp/site
-#   2. probe   (45 s)   the GPU, CuPy and the CUDA runtime; without a GPU: one line, exit 1
+#   2. probe   (30 s)   the GPU, CuPy and the CUDA runtime; without a GPU: one line, exit 1
+#      rates   (30 s)   cuBLAS by shape and precision at the triangle update's shapes
 #   3. tests   (100 s)  the cuda-marked tests (pytest -m cuda)
 #   4. search  (150 s)  autotune search trimul_outgoing --device cuda --budget $BUDGET at $DIMS,
 #                       stopped at its limit with SIGTERM (the finished trials are kept, and
@@ -119,7 +121,7 @@ EOF
 }
 copy_out() {
   cp -f "$SUMMARY" "$OUT/" 2>/dev/null
-  cp -f "$WORK"/gpu_trimul-*.json "$OUT/" 2>/dev/null
+  cp -f "$WORK"/gpu_trimul-*.json "$WORK"/gpu_gemm_shapes.json "$OUT/" 2>/dev/null
   if [ -f "$DB" ]; then
     "$PY" - "$DB" "$OUT/plans-$TAG.sqlite" <<'EOF' || echo "gpu_check: could not copy the plan DB"
 import sqlite3, sys
@@ -161,7 +163,7 @@ finish() {
   write_summary
   copy_out
   echo "== end $(date -u +%FT%TZ) after $(( $(date +%s) - T0 )) s, exit $rc; files in $OUT:" \
-       "$(cd "$OUT" && ls gpu_check-"$TAG".* plans-"$TAG".sqlite gpu_trimul-* 2>/dev/null | tr '\n' ' ')"
+       "$(cd "$OUT" && ls gpu_check-"$TAG".* plans-"$TAG".sqlite gpu_trimul-* gpu_gemm_shapes.json 2>/dev/null | tr '\n' ' ')"
   rm -rf "$WORK"
   exec >&- 2>&-                               # let tee write the last lines, then end
   wait "$TEE_PID" 2>/dev/null
@@ -251,14 +253,14 @@ stage wheels 60 380 bash -c install_wheels
 
 # ---- 2. the device --------------------------------------------------------------------------------
 if [ "$DRY" = 1 ]; then
-  stage probe 45 330 "$PY" -c "
+  stage probe 30 330 "$PY" -c "
 import shutil
 from autotune.backends.cuda.emulator import HostEmulator
 assert shutil.which('g++'), 'the host emulator needs g++'
 HostEmulator(threads=2)
 print('dry run: the host emulator stands in for the GPU')"
 else
-  stage probe 45 330 "$PY" -c "
+  stage probe 30 330 "$PY" -c "
 import sys
 from autotune.environment import NoGPUError, detect
 try:
@@ -270,6 +272,9 @@ print(f'{env.name}  cc {env.compute_capability}  driver {env.driver}  CUDA runti
       f'{env.cuda_runtime}  SMs {env.cores}  cupy {cupy.__version__}')"
 fi || exit 1
 AUTOTUNE=("$PY" -m autotune.cli)
+
+# ---- rates: cuBLAS at the shapes the plans run (the cost model's GEMM classes) -----------------------
+stage rates 30 300 "$PY" bench/gpu_gemm_shapes.py --out "$WORK" $( [ "$DRY" = 1 ] && echo --emulate )
 
 # ---- 3. tests -------------------------------------------------------------------------------------
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
