@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import autotune  # noqa: E402,F401  (before NumPy: the thread runtimes' settings)
 import numpy as np  # noqa: E402
 
+from autotune.backends.cuda.executor import run_gemm  # noqa: E402
 from autotune.backends.cuda.gemm import GemmCall  # noqa: E402
 from autotune.backends.cuda.runtime import CupyRuntime  # noqa: E402
 
@@ -75,23 +76,13 @@ def main() -> int:
             for ta, tb in (("N", "T"), ("T", "N")):
                 call = GemmCall("A", "B", ta, tb, n, n, n, ld, ld, ldc, ld * n, ld * n,
                                 ldc * n, B)
-                for prec in ("fp32", "tf32"):
+                for prec in ("fp32", "tf32", "3xtf32"):   # 3xtf32: the plans' split path
                     try:
-                        s = timed(lambda: rt.gemm(call, x, y, c, 1.0, prec))
+                        s = timed(lambda: run_gemm(rt, call, x, y, c, 1.0, prec))
                         record(case=f"einsum {prec} ld={ld} ldc={ldc} {ta}{tb}", seconds=s,
                                flops=flops)
                     except Exception as e:
                         print(f"einsum {prec} ld={ld} {ta}{tb}: {type(e).__name__}: {e}")
-                try:
-                    def three():
-                        (xh, xl), (yh, yl) = rt.split_tf32(x), rt.split_tf32(y)
-                        rt.gemm(call, xl, yh, c, 1.0, "tf32")
-                        rt.gemm(call, xh, yl, c, 1.0, "tf32", beta=1.0)
-                        rt.gemm(call, xh, yh, c, 1.0, "tf32", beta=1.0)
-                    record(case=f"einsum 3xtf32 ld={ld} ldc={ldc} {ta}{tb}",
-                           seconds=timed(three), flops=flops)
-                except Exception as e:
-                    print(f"einsum 3xtf32 ld={ld}: {type(e).__name__}: {e}")
         record(case=f"split of one {B}x{n}x{ld} operand",
                seconds=timed(lambda: rt.split_tf32(x)))
 

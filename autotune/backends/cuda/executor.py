@@ -67,6 +67,20 @@ class _GemmPlan:
     precision: str
 
 
+def run_gemm(rt, call: GemmCall, x, y, c, alpha: float, precision: str) -> None:
+    """``c = alpha op(x) op(y)`` on runtime ``rt`` in ``precision``: one cuBLAS call, or for
+    "3xtf32" both operands split into TF32 high and low parts and three TF32 products summed
+    into ``c``."""
+    if precision == "3xtf32":
+        (xh, xl), (yh, yl) = rt.split_tf32(x), rt.split_tf32(y)
+        # the small products first: their sum is rounded once more, the large one's not
+        rt.gemm(call, xl, yh, c, alpha, "tf32")
+        rt.gemm(call, xh, yl, c, alpha, "tf32", beta=1.0)
+        rt.gemm(call, xh, yh, c, alpha, "tf32", beta=1.0)
+    else:
+        rt.gemm(call, x, y, c, alpha, precision)
+
+
 # ---- the plan ------------------------------------------------------------------------------------
 class CudaPlan:
     """An executable candidate on the GPU (a :class:`autotune.backends.base.Plan`):
@@ -267,15 +281,8 @@ class CudaPlan:
         call = plan.call
         # every array here starts at its buffer's first element (transposes of storage, or
         # fresh contiguous copies): its data pointer is the buffer's
-        x, y = bufs[call.first], bufs[call.second]
-        if plan.precision == "3xtf32":
-            (xh, xl), (yh, yl) = rt.split_tf32(x), rt.split_tf32(y)
-            # the small products first: their sum is rounded once more, the large one's not
-            rt.gemm(call, xl, yh, c_buf, plan.scale, "tf32")
-            rt.gemm(call, xh, yl, c_buf, plan.scale, "tf32", beta=1.0)
-            rt.gemm(call, xh, yh, c_buf, plan.scale, "tf32", beta=1.0)
-        else:
-            rt.gemm(call, x, y, c_buf, plan.scale, plan.precision)
+        run_gemm(rt, call, bufs[call.first], bufs[call.second], c_buf, plan.scale,
+                 plan.precision)
         if plan.tmp_out is not None:
             t = O.transpose(plan.out_order)
             t[...] = plan.tmp_out.reshape(t.shape)
