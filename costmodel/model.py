@@ -12,7 +12,7 @@ import math
 
 from search_spaces.candidate import IMPL_KERNEL, IMPL_LIBRARY, Candidate
 from search_spaces.chain import detect
-from search_spaces.precision import default_precision
+from search_spaces.precision import default_precision, kernel_precision
 from search_spaces.footprint import (conflicting, footprint_shape, footprints, item_bytes,
                                      lines_between, nest_extents, plan_group, revisited_far,
                                      strides, tile_dealing, write_strides, writes_in_place)
@@ -29,6 +29,7 @@ from .devices import DeviceSpec
 from .estimate import CostEstimate, FusedProducer, GroupCost
 from .kernel_cost import kernel_copy_bytes, kernel_group
 from .memo import GroupMemo
+from .mma_cost import gpu_kernel_group
 from .rates import (LINE_ELEMS, PAGE_BYTES, library_launch_s, loop_launch_s,
                     loop_occupancy, precision_rate, read_waste, regions_waste, tile_overhead_s,
                     transcendental_weight, write_waste)
@@ -89,6 +90,12 @@ def estimate(w: Workload, cand: Candidate, dev: DeviceSpec) -> CostEstimate:
         elif sched.impl == IMPL_LIBRARY:
             out.append(_library_group(w, g, layout_of, dev, item,
                                       sched.precision or default_precision(w)))
+        elif sched.impl == IMPL_KERNEL and dev.kind != "cpu":
+            prec = kernel_precision(w, sched.precision)
+            out.append(_MEMO.price(
+                ("mma", w.hash, dev, item, g, frozenset(fused), sched.kernel, prec), layout_of,
+                frozenset(), lambda lay, _, g=g, k=sched.kernel, prec=prec: gpu_kernel_group(
+                    w, g, fused, k, lay, dev, item, prec)))
         elif sched.impl == IMPL_KERNEL:
             out.append(_MEMO.price(
                 ("kernel", w.hash, dev, item, g, frozenset(fused), sched.kernel), layout_of,

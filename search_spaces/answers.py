@@ -55,7 +55,8 @@ def params_of(space: SearchSpace, cand: Candidate) -> dict[str, object] | None:
         elif kind == "kernel":
             anchor, what = rest.rsplit(":", 1)
             sched = kernel_schedule(cand, anchor)
-            val = opts[-1] if sched is None else kernel_answer(sched.kernel, what,
+            val = opts[-1] if sched is None else sched.precision if what == "precision" \
+                else kernel_answer(sched.kernel, what,
                                                                space.kernel_bounds, space.w, opts)
         else:
             anchor, k = rest.rsplit(":", 1)

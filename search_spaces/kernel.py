@@ -68,6 +68,7 @@ class KernelBounds:
     l2_bytes: int = 512 * 1024
     l3_bytes: int = 8 * 1024 * 1024
     cores: int = 1
+    gpu: bool = False        # the CUDA backend's tensor-core kernel (search_spaces.cuda_kernel)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -86,6 +87,8 @@ class KernelOptions:
     vec_bytes: tuple[int, ...]
     outers: tuple[str, ...]
     default: KernelParams
+    packs: tuple[int, ...] = (1, 0)      # pack_a / pack_b answers (1: packed)
+    streams: tuple[int, ...] = (0, 1)    # stream answers
 
 
 def micro_tiles(bounds: KernelBounds, vec_bytes: int, itemsize: int) -> tuple[tuple[int, int], ...]:
@@ -147,7 +150,10 @@ def _nc_options(bounds: KernelBounds, nr: int, kc: int, itemsize: int) -> tuple[
 
 def kernel_options(bounds: KernelBounds, itemsize: int, batch: int) -> KernelOptions:
     """The legal choices for a contraction with ``batch`` independent items.  Block sizes are
-    listed for the default register tile and kc; :func:`legalize` fits any combination."""
+    listed for the default register tile and kc; :func:`legalize` fits any combination.  On a
+    GPU (``bounds.gpu``) the tensor-core kernel's: :func:`gpu_options`."""
+    if bounds.gpu:
+        return gpu_options()
     d = default_params(bounds, itemsize)
     tiles = tuple(t for vb in bounds.vec_bytes[:1] for t in micro_tiles(bounds, vb, itemsize))
     splits = (SPLIT_M, SPLIT_BATCH) if batch >= max(2, bounds.cores) else (SPLIT_M,)
@@ -157,12 +163,55 @@ def kernel_options(bounds: KernelBounds, itemsize: int, batch: int) -> KernelOpt
                          OUTERS, d)
 
 
+# The CUDA backend's kernel (autotune.backends.cuda.mma_kernel) reads the same parameters as
+# tensor-core tiles: mr x nr is one warp's tile of C (multiples of 16: WMMA's 16 x 16
+# accumulator fragments), mc x nc the thread block's (mc/mr * nc/nr warps), kc the K slice
+# staged in shared memory per step (a multiple of 8, WMMA TF32's depth); packing, splits,
+# loop orders and streaming stores have one value there.  GPU_VEC_BYTES makes legalize round
+# nr to 16 floats.  Warp tiles of 64 x 64 hold 128 accumulators a thread (a pair twice that:
+# mma_kernel narrows a pair's tile), the most that leaves registers for the operands.
+GPU_VEC_BYTES = 64
+GPU_WARP_TILES = ((32, 64), (32, 32), (64, 32), (64, 64))
+GPU_BLOCKS = (64, 128)
+GPU_KC = (32, 16)
+GPU_MAX_WARPS = 16      # 512 threads a block: 128 registers each at most on an SM of 64 K
+
+
+def gpu_options() -> KernelOptions:
+    """The tensor-core kernel's choices (float32 operands); the default is 4 warps of 32 x 64
+    over a 64 x 128 block tile, K slices of 32: 26 KB of shared memory (43 KB for a pair)."""
+    d = KernelParams(32, 64, 64, 32, 128, vec_bytes=GPU_VEC_BYTES)
+    return KernelOptions(GPU_WARP_TILES, GPU_BLOCKS, GPU_KC, GPU_BLOCKS[::-1], (SPLIT_M,),
+                         (GPU_VEC_BYTES,), (OUTER_B,), d, packs=(1,), streams=(0,))
+
+
+# a pair holds two accumulator sets: its warp tile at most 32 x 32 (64 floats a thread)
+PAIR_WARP_ELEMS = 32 * 32
+
+
+def gpu_params(k: KernelParams | None, pair: bool) -> KernelParams:
+    """The parameters the GPU kernel runs with: ``k`` (the space's default where a hand-written
+    candidate has none) fitted to the GPU's ranges (a CPU plan's blocks shrink to them), a
+    pair's warp tile narrowed to :data:`PAIR_WARP_ELEMS`."""
+    p = k if k is not None else gpu_options().default
+    fit = lambda v, unit, top: max(unit, min(v, top) // unit * unit)
+    mr, nr = (fit(v, 16, max(GPU_BLOCKS)) for v in (p.mr, p.nr))
+    if pair:
+        while mr * nr > PAIR_WARP_ELEMS:
+            mr, nr = (mr // 2, nr) if mr >= nr else (mr, nr // 2)
+    mc, nc = fit(p.mc, mr, max(GPU_BLOCKS)), fit(p.nc, nr, max(GPU_BLOCKS))
+    while (mc // mr) * (nc // nr) > GPU_MAX_WARPS:
+        mc, nc = (fit(mc // 2, mr, mc), nc) if mc // mr >= nc // nr else (mc, fit(nc // 2, nr, nc))
+    kc = fit(p.kc, 8, max(GPU_KC))
+    return KernelParams(mr, nr, mc, kc, nc, vec_bytes=p.vec_bytes)
+
+
 def question_options(o: KernelOptions) -> dict[str, list]:
     """The choices of :func:`chosen_params`'s questions, by name, in the order it asks them
     (``tile``: an index into ``o.tiles``)."""
     return {"tile": list(range(len(o.tiles))), "mc": list(o.mc), "kc": list(o.kc),
-            "nc": list(o.nc), "pack_a": [1, 0], "pack_b": [1, 0], "split": list(o.splits),
-            "outer": list(o.outers), "stream": [0, 1]}
+            "nc": list(o.nc), "pack_a": list(o.packs), "pack_b": list(o.packs),
+            "split": list(o.splits), "outer": list(o.outers), "stream": list(o.streams)}
 
 
 def chosen_params(o: KernelOptions, choose, itemsize: int) -> KernelParams:

@@ -27,6 +27,7 @@ TF32_RTOL = 1e-3           # a tolerance this loose admits plain TF32 products
 NEEDS_RTOL = {"fp32": 0.0, "3xtf32": 0.0, "tf32": TF32_RTOL}
 # a precision's share of the tensor-core (tf32) rate: the split makes three products
 TF32_PRODUCTS = {"3xtf32": 3, "tf32": 1}
+TENSOR_PRECISIONS = tuple(TF32_PRODUCTS)      # what tensor cores run (a GPU kernel's choices)
 
 
 def default_precision(w: Workload) -> str:
@@ -56,3 +57,11 @@ def split_tf32(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(high, low): ``high = tf32(x)``, ``low = tf32(x - high)``; both exact in TF32."""
     hi = round_tf32(x)
     return hi, round_tf32(np.asarray(x, np.float32) - hi)
+
+
+def kernel_precision(w: Workload, sched_precision: str) -> str:
+    """The arithmetic a GPU kernel group runs: its schedule's, else the float32-accurate split
+    (plain TF32 where the tolerance admits it)."""
+    if sched_precision in ("3xtf32", "tf32"):
+        return sched_precision
+    return "tf32" if w.rtol >= TF32_RTOL else "3xtf32"

@@ -30,7 +30,7 @@ from .kernel import KernelBounds
 from .kernel_space import ask_kernel_fusions, kernel_params, kernel_question_options
 from .orders import OrderChoices, order_choices
 from .partition import groups, materialized, repair
-from .precision import precision_options
+from .precision import TENSOR_PRECISIONS, precision_options
 from .rewrite import Orders, rewrite
 from .siblings import sibling_sets, stack_layout, stackable
 from .space_spec import edges_of
@@ -57,7 +57,9 @@ from .workload import Workload
 #    under other index names is computed once (search_spaces.rewrite.split).
 # 11: elementwise intermediates inlined into their consumers (the inline:OP parameters,
 #    Candidate.inlined, search_spaces.inline).
-SPACE_VERSION = "11"
+# 12: the CUDA backend's tensor-core ``kernel`` impl (KernelBounds.gpu), its arithmetic asked as
+#    kernel:CONTRACTION:precision among the tensor-core precisions the tolerance admits.
+SPACE_VERSION = "12"
 UNSPLIT = "none"          # the order:STMT answer that leaves the statement as written
 Choose = Callable[[str, Sequence], object]
 
@@ -124,6 +126,10 @@ class SearchSpace:
         self.siblings = sibling_sets(w) if bounds.stacks and spec.get("stacks", True) else ()
         # the default first; a question only where there is a choice
         self.precisions = precision_options(w, bounds.precisions)
+        # a GPU's kernel runs on tensor cores only: offered where the tolerance admits one
+        self.kernel_precisions = [p for p in self.precisions if p in TENSOR_PRECISIONS]
+        if bounds.kernel is not None and bounds.kernel.gpu and not self.kernel_precisions:
+            self.impls = tuple(i for i in self.impls if i != IMPL_KERNEL)
 
     # ---- contraction orders --------------------------------------------------------------
     def variant(self, orders: Orders, inlined: tuple[str, ...] = ()) -> "SearchSpace":
@@ -178,6 +184,8 @@ class SearchSpace:
             anchor, what = rest.rsplit(":", 1)
             if self.kernel_bounds is None or anchor not in self.library_ok:
                 return None
+            if what == "precision":
+                return self.kernel_precisions if self.kernel_bounds.gpu else None
             return kernel_question_options(self.kernel_bounds, self.w, anchor).get(what)
         if kind == "chain":
             return [0, 1] if rest in self.chains else None
@@ -361,8 +369,13 @@ class SearchSpace:
             kern = [m for m in g.members if impl.get(m) == IMPL_KERNEL]
             if kern:        # alone, or with its epilogue (the group's anchor)
                 params = kernel_params(self.kernel_bounds, w, kern[0], choose)
+                prec = ""
+                if self.kernel_bounds.gpu:
+                    opts = self.kernel_precisions
+                    prec = str(choose(f"kernel:{kern[0]}:precision", opts) if len(opts) > 1
+                               else opts[0])
                 scheds.append(GroupSchedule(g.anchor, tuple(w.op(g.anchor).out_shape),
-                                            IMPL_KERNEL, params))
+                                            IMPL_KERNEL, params, precision=prec))
                 continue
             if lone:
                 pick = choose(f"precision:{g.anchor}", self.precisions) \

@@ -75,19 +75,40 @@ def sites(w: Workload, parts: KernelParts) -> list[tuple[FusionSite, Epilogue | 
     return out
 
 
+@dataclass(frozen=True)
+class Dialect:
+    """How a language spells what a transform needs: its functions (beside
+    :data:`COMMON_FUNCTIONS`), an integer power ``power(base, exponent)``, and an extra
+    array's element ``read(site, operand, row, col)`` (None: this module's ``x->ARG[...]``)."""
+    functions: dict
+    power: Callable[[str, int], str]
+    read: Callable[[FusionSite, TransformOperand, str, str], str] | None = None
+
+
+def _gnu_power(base: str, n: int) -> str:
+    # a GNU statement expression evaluates the base once
+    body = f"({{ T _p = {base}; {' * '.join(['_p'] * abs(n))}; }})"
+    return f"(1/{body})" if n < 0 else body
+
+
+C_DIALECT = Dialect(C_FUNCTIONS, _gnu_power)
+
+
 def transform_code(w: Workload, site: FusionSite, is_value: Callable[[Access], bool],
                    layout_of: Callable[[str], tuple[int, ...]],
-                   is_second: Callable[[Access], bool] = lambda a: False
+                   is_second: Callable[[Access], bool] = lambda a: False,
+                   dialect: Dialect = C_DIALECT
                    ) -> tuple[Transform, tuple[TransformOperand, ...]]:
     """The fused op's expression as a Transform (``is_value``: the accesses that read
     ``{x}``; ``is_second``: those that read ``{y}``, a pair's second contraction), and its
-    extra arrays in the Transform's argument order."""
+    extra arrays in the Transform's argument order; ``dialect``: the language (C by default,
+    CUDA for autotune.backends.cuda.mma_kernel)."""
     op = w.op(site.op)
     p = w.op(site.contraction)
     ext = dict(zip(p.domain, p.extents))
     to_p = dict(site.to_contraction)
     suf = SCALAR_TYPES[w.dtype][1]
-    functions = {**COMMON_FUNCTIONS, **C_FUNCTIONS}
+    functions = {**COMMON_FUNCTIONS, **dialect.functions}
     operands: dict[tuple[str, tuple[str, ...]], TransformOperand] = {}
 
     def index(i: str) -> str:
@@ -120,6 +141,8 @@ def transform_code(w: Workload, site: FusionSite, is_value: Callable[[Access], b
                 operands[e.tensor, e.idx] = TransformOperand(
                     f"{site.prefix}{len(operands)}", e.tensor, e.idx, st)
             o = operands[e.tensor, e.idx]
+            if dialect.read is not None:
+                return dialect.read(site, o, _R, _C)
             r, c = (f"{o.strides[1]}L", f"{o.strides[2]}L") if o.strides is not None else \
                 (f"x->{o.arg}_r", f"x->{o.arg}_c")
             return f"x->{o.arg}[{_R} * {r} + {_C} * {c}]"
@@ -130,10 +153,7 @@ def transform_code(w: Workload, site: FusionSite, is_value: Callable[[Access], b
         if isinstance(e, Pow):
             if e.exponent == 0:
                 return "((T)1)"
-            # a GNU statement expression evaluates the base once
-            prod = " * ".join(["_p"] * abs(e.exponent))
-            body = f"({{ T _p = {text(e.base)}; {prod}; }})"
-            return f"(1/{body})" if e.exponent < 0 else body
+            return dialect.power(text(e.base), e.exponent)
         if isinstance(e, Call):
             return functions[e.fn].format(*[text(a) for a in e.args], s=suf)
         if isinstance(e, Select):
@@ -155,7 +175,7 @@ def is_value_of(fusion: Epilogue | Prologue) -> Callable[[Access], bool]:
     return lambda a: a.tensor == fusion.main and a.idx == fusion.main_idx
 
 
-def kernel_transforms(w: Workload, parts: KernelParts, layout_of
+def kernel_transforms(w: Workload, parts: KernelParts, layout_of, dialect: Dialect = C_DIALECT
                       ) -> tuple[dict[str, Transform], tuple[tuple[FusionSite,
                                                                   TransformOperand], ...]]:
     """The transforms of ``parts`` by hook ("prologue_a", "prologue_b", "epilogue"; identity
@@ -165,7 +185,7 @@ def kernel_transforms(w: Workload, parts: KernelParts, layout_of
     for site, fusion in sites(w, parts):
         second = (lambda a: a.tensor == parts.pair) if site.prefix == "e" and parts.pair \
             else (lambda a: False)
-        t, ops = transform_code(w, site, is_value_of(fusion), layout_of, second)
+        t, ops = transform_code(w, site, is_value_of(fusion), layout_of, second, dialect)
         hook = "epilogue" if site.prefix == "e" else f"prologue_{site.prefix}"
         hooks[hook] = t
         extras += [(site, o) for o in ops]

@@ -39,6 +39,7 @@ static inline void __syncthreads() { pthread_barrier_wait(&at_bar); }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 static inline float __int_as_float(unsigned int i) { float f; memcpy(&f, &i, 4); return f; }
+static inline float __uint_as_float(unsigned int i) { float f; memcpy(&f, &i, 4); return f; }
 static inline double __longlong_as_double(unsigned long long i) {
   double d; memcpy(&d, &i, 8); return d; }
 // a warp is the block's emulated threads (AT_WARP, a power of two, defined before this
@@ -53,6 +54,29 @@ static inline double __shfl_xor_sync(unsigned, double v, int o) {
   at_shfl_f64[threadIdx.x] = v; pthread_barrier_wait(&at_bar);
   const double r = at_shfl_f64[threadIdx.x ^ (unsigned)o]; pthread_barrier_wait(&at_bar);
   return r; }
+// tensor cores (autotune.backends.cuda.mma_kernel): the block's 32 emulated threads are one
+// warp; mma.sync m16n8k8 TF32 gathers every lane's fragments (the PTX ISA's layout: lane
+// 4g + t holds A rows g, g+8 at k t, t+4; B k t, t+4 at column g; C rows g, g+8 at columns
+// 2t, 2t+1), then each lane sums its own four elements in float32
+#define AT_EMULATED 1
+static inline unsigned at_tf32(float x) {      // cvt.rna: to nearest, ties away from zero
+  unsigned b; memcpy(&b, &x, 4); return (b + 0x1000u) & 0xFFFFE000u; }
+static unsigned at_mma_a[32][4], at_mma_b[32][2];
+static inline void at_mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  const unsigned l = threadIdx.x & 31u, g = l >> 2, t = l & 3u;
+  for (int i = 0; i < 4; ++i) at_mma_a[l][i] = a[i];
+  at_mma_b[l][0] = b[0]; at_mma_b[l][1] = b[1];
+  pthread_barrier_wait(&at_bar);
+  for (unsigned h = 0; h < 4; ++h) {
+    const unsigned r = g + (h >> 1) * 8, c = 2 * t + (h & 1u);
+    float s = d[h];
+    for (unsigned k = 0; k < 8; ++k)
+      s += __uint_as_float(at_mma_a[(r & 7u) * 4 + (k & 3u)][(r >> 3) + 2 * (k >> 2)]) *
+           __uint_as_float(at_mma_b[c * 4 + (k & 3u)][k >> 2]);
+    d[h] = s;
+  }
+  pthread_barrier_wait(&at_bar);
+}
 #define AT_SMEM_BYTES (1L << 24)
 alignas(16) float smem_f32[AT_SMEM_BYTES / 4];
 alignas(16) double smem_f64[AT_SMEM_BYTES / 8];
@@ -86,7 +110,8 @@ EMU_SMEM_BYTES = 1 << 24
 class HostEmulator:
     """Runs the CUDA backend on the CPU for tests: the generated source compiled as C++ (g++),
     ``threads`` threads per block with a barrier (one warp: a power of two, its shuffles through
-    a shared array between barriers), blocks one after another; GEMMs through
+    a shared array between barriers; a tensor-core kernel gets 32, one whole warp), blocks one
+    after another; GEMMs through
     :func:`emulate_gemm` on the same cuBLAS argument lists the GPU gets."""
 
     def __init__(self, threads: int = 4, smem_limit: int = 227 * 1024, cxx: str = "g++"):
@@ -146,7 +171,9 @@ class HostEmulator:
         for a in args:
             assert a.flags.c_contiguous
         ptrs = (ctypes.c_void_p * len(args))(*[a.ctypes.data for a in args])
-        fn(ptrs, k.grid, min(self.threads, k.block))
+        # a tensor-core kernel's warp exchanges fragments lane by lane: it gets a whole warp
+        # (it reads no AT_WARP, so the loop kernels' emulated warp width does not matter to it)
+        fn(ptrs, k.grid, 32 if k.whole_warps else min(self.threads, k.block))
 
     def split_tf32(self, x):
         flat = np.lib.stride_tricks.as_strided(x, shape=(x.size,), strides=(x.itemsize,))

@@ -33,7 +33,7 @@ from typing import Callable
 
 import numpy as np
 
-from search_spaces.candidate import IMPL_LIBRARY, IMPL_LOOP, Candidate
+from search_spaces.candidate import IMPL_KERNEL, IMPL_LIBRARY, IMPL_LOOP, Candidate
 from search_spaces.gemm import gemm_form, group_size
 from search_spaces.partition import Group, groups, materialized
 from search_spaces.precision import default_precision
@@ -93,7 +93,8 @@ class CudaPlan:
 
     def __init__(self, w: Workload, cand: Candidate, cache_dir: Path, runtime=None,
                  block: int = 256):
-        unsupported = sorted({s.impl for s in cand.schedules} - {IMPL_LOOP, IMPL_LIBRARY})
+        unsupported = sorted({s.impl for s in cand.schedules}
+                             - {IMPL_LOOP, IMPL_LIBRARY, IMPL_KERNEL})
         if unsupported or cand.stacks:
             what = f"impl {', '.join(map(repr, unsupported))}" if unsupported else \
                 "stacked sibling GEMMs"

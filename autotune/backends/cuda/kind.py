@@ -13,6 +13,7 @@ import numpy as np
 
 from costmodel.devices import DeviceSpec, preset
 from search_spaces.candidate import Candidate
+from search_spaces.kernel import KernelBounds
 from search_spaces.space import TileBounds
 from search_spaces.workload import Workload
 
@@ -35,8 +36,10 @@ class CudaBackendKind:
     """The ``cuda`` backend (a :class:`autotune.backends.base.BackendKind`)."""
     name: str = "cuda"
     # library contractions in float32 (SIMT), float32-accurate split TF32 on tensor cores, or
-    # plain TF32 where the tolerance admits it (search_spaces.precision)
-    tile_bounds: TileBounds = TileBounds(1, 1024, precisions=("fp32", "3xtf32", "tf32"))
+    # plain TF32 where the tolerance admits it (search_spaces.precision); the generated
+    # tensor-core contraction kernel with its fusions (autotune.backends.cuda.mma_kernel)
+    tile_bounds: TileBounds = TileBounds(1, 1024, kernel=KernelBounds(gpu=True),
+                                         precisions=("fp32", "3xtf32", "tf32"))
     units: str = "SMs"
     # plans run for milliseconds; NVRTC compiles in about a second
     min_timeout_s: float = 5.0

@@ -39,6 +39,7 @@ from costmodel import preset
 from costmodel.cuda_limits import over_limit, shared_bytes
 from search_spaces import builtin_names, load_workload, parse_workload
 from search_spaces.candidate import GroupSchedule, make_candidate
+from search_spaces.kernel import GPU_VEC_BYTES, KernelBounds
 from search_spaces.plans import NAMED_PLANS, named_plan
 from search_spaces.rewrite import rewritten
 from search_spaces.space import SearchSpace, TileBounds
@@ -265,16 +266,30 @@ def test_emulated_boundary_tiles_and_layouts(emulator, kernel_cache):
     assert not why, why
 
 
-def test_a_cpu_only_plan_is_refused_by_name(emulator, kernel_cache):
-    # a CPU search's plan (a contraction on the generated CPU kernel) given to the CUDA
-    # backend: one clear error before anything is built, not a KeyError mid-run
-    w = small("gated_mlp")
-    cpu = named_plan(SearchSpace(w, BOUNDS), "heuristic")
-    lib = next(s for s in cpu.schedules if s.impl == "library")
-    cand = replace(cpu, schedules=tuple(replace(s, impl="kernel") if s is lib else s
-                                        for s in cpu.schedules))
-    with pytest.raises(ValueError, match="CUDA backend does not run impl 'kernel'.*--device cuda"):
-        CudaPlan(w, cand, kernel_cache, runtime=emulator)
+def test_a_cpu_plans_stacks_are_refused_and_its_kernel_runs_on_tensor_cores(emulator,
+                                                                           kernel_cache):
+    # a CPU search's plan given to the CUDA backend: stacked siblings (the CPU executor's) are
+    # one clear error before anything is built; a contraction on the CPU's generated kernel
+    # runs as the GPU's tensor-core kernel, its blocks fitted to the GPU's ranges
+    w = small("trimul_outgoing")
+    cpu_bounds = replace(BOUNDS, kernel=KernelBounds(), stacks=True)
+    space = SearchSpace(w, cpu_bounds)
+    stacked = space.build(lambda n, opts: 1 if n.startswith("stack:") else
+                          "library" if n.startswith("impl:") else opts[0])
+    assert stacked.stacks
+    with pytest.raises(ValueError, match="does not run stacked sibling GEMMs.*--device cuda"):
+        CudaPlan(w, stacked, kernel_cache, runtime=emulator)
+    cpu = space.build(lambda n, opts: "kernel" if n.startswith("impl:") and "kernel" in opts
+                      else 0 if n.startswith("stack:") else opts[0])
+    kern = [s for s in cpu.schedules if s.impl == "kernel"]
+    assert kern and all(s.kernel.vec_bytes != GPU_VEC_BYTES for s in kern)
+    inputs = w.random_inputs(seed=3)
+    plan = CudaPlan(w, cpu, kernel_cache, runtime=emulator)
+    blocks = [k.block for k in plan.kernels.values() if k.whole_warps]
+    assert blocks and all(b % 32 == 0 and b <= 512 for b in blocks)
+    out = plan(**inputs)
+    _, why = verify(out, reference(w, inputs), w.rtol)
+    assert not why, why
 
 
 def test_emulated_timed_call_and_device_inputs(emulator, kernel_cache):

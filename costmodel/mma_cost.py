@@ -1,0 +1,79 @@
+"""The cost of a group run by the CUDA backend's tensor-core kernel (impl ``kernel`` on a GPU,
+autotune.backends.cuda.mma_kernel).  Pure.
+
+A roofline like a library GEMM's (arithmetic and traffic overlap on a GPU): the contraction's
+multiply-adds (twice for a pair) times the precision's products (three for the float32-accurate
+split) at the device's tensor-core rate times :data:`GENERATED_MMA_SHARE`, less the share of
+partial block tiles; against the bytes of everything the kernel touches once (a re-read of an
+operand slice by another block is served by the L2: a 702^2 x 128 operand is 252 MB, but the
+blocks that share a slice run together).  The fused ops' arithmetic is added at the loop rate:
+an epilogue once per element of C, a prologue once per element of its operand and block that
+loads it (each block applies it to the slice it stages).  The fused intermediates are never
+stored or loaded: that saving is the difference from the unfused plan.
+"""
+from __future__ import annotations
+
+import math
+
+from search_spaces.candidate import IMPL_KERNEL
+from search_spaces.gemm import gemm_form, group_size
+from search_spaces.kernel import KernelParams, gpu_params
+from search_spaces.partition import Group
+from search_spaces.precision import TF32_PRODUCTS
+
+from .devices import DeviceSpec
+from .estimate import FusedProducer, GroupCost
+from .kernel_cost import kernel_operands, tile_use
+from .rates import kernel_launch_s, transcendental_weight
+
+# The generated kernel's share of the tensor-core rate cuBLAS reaches (dev.tf32_flops *
+# dev.tensor_share): an estimate, not a measurement, until a device run calibrates it.  The
+# kernel issues mma.sync (Hopper's wgmma is reserved to warpgroup-wide asynchronous code) from
+# shared memory loaded synchronously (no cp.async pipeline, no ldmatrix), and splits its
+# fragments in registers; kernels of that build reach a third to a half of the library's rate
+# in public write-ups of hand-written Ampere/Hopper GEMMs.
+GENERATED_MMA_SHARE = 0.35
+
+
+def mma_rate(dev: DeviceSpec, p: KernelParams, m: int, n: int, k: int) -> float:
+    """Tensor-core flop/s of the generated kernel at these extents (the lanes of partial block
+    tiles and K slices wasted)."""
+    peak = dev.tf32_flops * dev.tensor_share if dev.tf32_flops > 0 else dev.f32_flops
+    use = tile_use(m, p.mc) * tile_use(n, p.nc) * tile_use(k, p.kc)
+    return peak * GENERATED_MMA_SHARE * use
+
+
+def gpu_kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev: DeviceSpec,
+                     item: int, precision: str) -> GroupCost:
+    """The group ``g`` (a contraction with its fusions) run by the GPU's tensor-core kernel
+    with parameters ``k`` in ``precision`` ("3xtf32" or "tf32")."""
+    parts, rows = kernel_operands(w, fused, g.anchor, layout_of, item)
+    p = gpu_params(k, bool(parts.pair))
+    op = w.op(parts.contraction)
+    form = gemm_form(op)
+    b_, m, n, kk = (group_size(op, x) for x in (form.batch, form.m, form.n, form.k))
+    flops = 2.0 * b_ * m * n * kk * (2 if parts.pair else 1)
+    products = TF32_PRODUCTS.get(precision, 1)
+    compute = flops * products / mma_rate(dev, p, m, n, kk)
+    # every tensor once (the executor copies nothing around this kernel)
+    bytes_ = float(sum(nbytes for _, nbytes, _, _ in rows))
+    memory = bytes_ / dev.bandwidth
+    loads = {"a": math.ceil(n / p.nc), "b": math.ceil(m / p.mc)}
+    fused_s = fused_flops = trans = 0.0
+    for name, times in ((parts.epilogue and parts.epilogue.consumer, 1),
+                        (parts.prologue_a and parts.prologue_a.producer, loads["a"]),
+                        (parts.prologue_b and parts.prologue_b.producer, loads["b"])):
+        if name:
+            x = w.op(name)
+            f, t = x.flops_per_iteration()
+            fused_flops += float(f * x.out_size * times)
+            trans += float(t * x.out_size * times)
+            fused_s += x.out_size * times * (f + transcendental_weight(x.expr, dev)) \
+                / dev.loop_flops
+    total = max(compute, memory) + fused_s + kernel_launch_s(dev)
+    return GroupCost(ops=tuple(g.members), anchor=g.anchor, impl=IMPL_KERNEL, tiles=(),
+                     predicted_s=total, flops=flops + fused_flops, recomputed_flops=0.0,
+                     transcendentals=trans, bytes=bytes_, unique_bytes=bytes_, launches=1,
+                     bound="compute" if compute >= memory else "memory",
+                     fused=tuple(FusedProducer(x, 1.0) for x in parts.members
+                                 if x != g.anchor))
