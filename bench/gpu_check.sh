@@ -6,13 +6,15 @@
 #
 #     run(command="bash bench/gpu_check.sh", carry=[".whl"], timeout_s=540)
 #
-# and the files come back from $OUT (at most 5 and one per MORE workload, all small):
+# and the files come back from $OUT (at most 6, and one per MORE workload: 8 with the default
+# two, the device tool's most; all small):
 #     gpu_check-<gpu>.log      everything printed, streamed there as it happens (unbuffered)
 #     gpu_check-<gpu>.json     each stage's exit code, time and time limit; rewritten after
 #                              every stage, so a run cut short still says how far it got
 #     plans-<gpu>.sqlite       the search's plan database (a consistent copy, after every stage)
 #     gpu_trimul-<gpu>-....json the timing against XLA and PyTorch (bench/gpu_trimul.py)
 #     gpu_gemm_shapes.json      cuBLAS's rates at the block's shapes (bench/gpu_gemm_shapes.py)
+#     gpu_mma_shapes.json       the generated tensor-core kernel's rates there (bench/gpu_mma_shapes.py)
 # The float64 reference (505 MB at N=702), the kernel cache and the plan database's working copy
 # stay in a scratch folder: nothing big goes to $OUT.
 #
@@ -32,7 +34,8 @@
 #   1. wheels  (60 s)   install the carried wheels the image lacks, offline, into /tmp/site
 #   2. probe   (30 s)   the GPU, CuPy and the CUDA runtime; without a GPU: one line, exit 1
 #      rates   (30 s)   cuBLAS by shape and precision at the triangle update's shapes
-#   3. tests   (100 s)  the cuda-marked tests (pytest -m cuda)
+#      mma     (30 s)   the generated tensor-core kernel there, by precision and tiling
+#   3. tests   (80 s)   the cuda-marked tests (pytest -m cuda)
 #   4. search  (150 s)  autotune search trimul_outgoing --device cuda --budget $BUDGET at $DIMS,
 #                       stopped at its limit with SIGTERM (the finished trials are kept, and
 #                       the measuring worker dies with the search)
@@ -126,7 +129,8 @@ EOF
 }
 copy_out() {
   cp -f "$SUMMARY" "$OUT/" 2>/dev/null
-  cp -f "$WORK"/gpu_trimul-*.json "$WORK"/gpu_gemm_shapes.json "$OUT/" 2>/dev/null
+  cp -f "$WORK"/gpu_trimul-*.json "$WORK"/gpu_gemm_shapes.json "$WORK"/gpu_mma_shapes.json \
+      "$OUT/" 2>/dev/null
   if [ -f "$DB" ]; then
     "$PY" - "$DB" "$OUT/plans-$TAG.sqlite" <<'EOF' || echo "gpu_check: could not copy the plan DB"
 import sqlite3, sys
@@ -168,7 +172,7 @@ finish() {
   write_summary
   copy_out
   echo "== end $(date -u +%FT%TZ) after $(( $(date +%s) - T0 )) s, exit $rc; files in $OUT:" \
-       "$(cd "$OUT" && ls gpu_check-"$TAG".* plans-"$TAG".sqlite gpu_trimul-* gpu_gemm_shapes.json 2>/dev/null | tr '\n' ' ')"
+       "$(cd "$OUT" && ls gpu_check-"$TAG".* plans-"$TAG".sqlite gpu_trimul-* gpu_gemm_shapes.json gpu_mma_shapes.json 2>/dev/null | tr '\n' ' ')"
   rm -rf "$WORK"
   exec >&- 2>&-                               # let tee write the last lines, then end
   wait "$TEE_PID" 2>/dev/null
@@ -280,15 +284,17 @@ AUTOTUNE=("$PY" -m autotune.cli)
 
 # ---- rates: cuBLAS at the shapes the plans run (the cost model's GEMM classes) -----------------------
 stage rates 30 300 "$PY" bench/gpu_gemm_shapes.py --out "$WORK" $( [ "$DRY" = 1 ] && echo --emulate )
+# ---- mma: the generated tensor-core kernel there (what calibrates the model's share for it) --------
+stage mma 30 300 "$PY" bench/gpu_mma_shapes.py --out "$WORK" $( [ "$DRY" = 1 ] && echo --emulate )
 
 # ---- 3. tests -------------------------------------------------------------------------------------
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   if [ "$DRY" = 1 ]; then   # the emulated counterparts of the cuda-marked tests, a sample
-    stage tests 100 300 "$PY" -m pytest -q -p no:cacheprovider \
+    stage tests 80 300 "$PY" -m pytest -q -p no:cacheprovider \
         tests/autotune/backends/test_cuda_codegen.py \
         -k "emulated_timed_call or emulated_boundary or (emulated_plans and gated_mlp)"
   else
-    stage tests 100 300 "$PY" -m pytest -q -p no:cacheprovider -m cuda -rs tests
+    stage tests 80 300 "$PY" -m pytest -q -p no:cacheprovider -m cuda -rs tests
   fi
 fi
 

@@ -6,7 +6,9 @@ multiply-adds (twice for a pair) times the precision's products (three for the f
 split) at the device's tensor-core rate times :data:`GENERATED_MMA_SHARE`, less the share of
 partial block tiles; against the bytes of everything the kernel touches once (a re-read of an
 operand slice by another block is served by the L2: a 702^2 x 128 operand is 252 MB, but the
-blocks that share a slice run together).  The fused ops' arithmetic is added at the loop rate:
+blocks that share a slice run together), an operand or result whose tiles no unit stride
+crosses (channel-last trimul's einsum operands, one batch item per block) at a sector per
+element.  The fused ops' arithmetic is added at the loop rate:
 an epilogue once per element of C, a prologue once per element of its operand and block that
 loads it (each block applies it to the slice it stages).  The fused intermediates are never
 stored or loaded: that saving is the difference from the unfused plan.
@@ -18,6 +20,7 @@ import math
 from search_spaces.candidate import IMPL_KERNEL
 from search_spaces.gemm import gemm_form, group_size
 from search_spaces.kernel import KernelParams, gpu_params
+from search_spaces.kernel_reads import kernel_accesses, unit_stride_side
 from search_spaces.partition import Group
 from search_spaces.precision import TF32_PRODUCTS
 
@@ -33,6 +36,12 @@ from .rates import kernel_launch_s, transcendental_weight
 # fragments in registers; kernels of that build reach a third to a half of the library's rate
 # in public write-ups of hand-written Ampere/Hopper GEMMs.
 GENERATED_MMA_SHARE = 0.35
+# a GPU moves global memory in 32-byte sectors: a warp's loads that lie a stride apart move one
+# each per element (the tile loads' thread order follows the unit-stride side where there is one)
+SECTOR_BYTES = 32
+# The L2's bandwidth as a multiple of the DRAM's: an estimate (Hopper's L2 serves several times
+# HBM's rate in public microbenchmarks), to be measured with the kernel's rates
+L2_RATIO = 3.0
 
 
 def mma_rate(dev: DeviceSpec, p: KernelParams, m: int, n: int, k: int) -> float:
@@ -55,10 +64,26 @@ def gpu_kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev:
     flops = 2.0 * b_ * m * n * kk * (2 if parts.pair else 1)
     products = TF32_PRODUCTS.get(precision, 1)
     compute = flops * products / mma_rate(dev, p, m, n, kk)
-    # every tensor once (the executor copies nothing around this kernel)
-    bytes_ = float(sum(nbytes for _, nbytes, _, _ in rows))
-    memory = bytes_ / dev.bandwidth
-    loads = {"a": math.ceil(n / p.nc), "b": math.ceil(m / p.mc)}
+    # DRAM: every tensor once (the executor copies nothing around this kernel).  L2: each
+    # block stages its own slices, so A is loaded once per column block of C and B once per
+    # row block; a slice whose tile no unit stride crosses (channel-last trimul's einsum
+    # operands: one batch item per block) moves a 32-byte sector per element
+    acc = kernel_accesses(w, parts)
+    groups = {"a": (form.batch, form.m, form.k), "b": (form.batch, form.k, form.n),
+              "c": (form.batch, form.m, form.n)}
+    loads = {"a": math.ceil(n / p.nc), "b": math.ceil(m / p.mc), "c": 1}
+    main = [(acc.a, "a"), (acc.b, "b"), (acc.out, "c")] + (
+        [(acc.pair, acc.pair_role)] if acc.pair else [])
+    dram = l2 = 0.0
+    for read, side in main:
+        nbytes = math.prod(w.shapes[read.tensor]) * item
+        spread = 1 if unit_stride_side(w, layout_of, read, groups[side]) else SECTOR_BYTES / item
+        dram += nbytes
+        l2 += nbytes * loads[side] * spread
+    seen = {read.tensor for read, _ in main}
+    extra = float(sum(nbytes for t, nbytes, _, _ in rows if t not in seen))
+    bytes_ = dram + extra
+    memory = max(bytes_ / dev.bandwidth, (l2 + extra) / (L2_RATIO * dev.bandwidth))
     fused_s = fused_flops = trans = 0.0
     for name, times in ((parts.epilogue and parts.epilogue.consumer, 1),
                         (parts.prologue_a and parts.prologue_a.producer, loads["a"]),
@@ -73,7 +98,8 @@ def gpu_kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev:
     total = max(compute, memory) + fused_s + kernel_launch_s(dev)
     return GroupCost(ops=tuple(g.members), anchor=g.anchor, impl=IMPL_KERNEL, tiles=(),
                      predicted_s=total, flops=flops + fused_flops, recomputed_flops=0.0,
-                     transcendentals=trans, bytes=bytes_, unique_bytes=bytes_, launches=1,
+                     transcendentals=trans, bytes=max(bytes_, l2 + extra), unique_bytes=bytes_,
+                     launches=1,
                      bound="compute" if compute >= memory else "memory",
                      fused=tuple(FusedProducer(x, 1.0) for x in parts.members
                                  if x != g.anchor))

@@ -34,7 +34,8 @@ from search_spaces.candidate import Candidate
 from search_spaces.footprint import strides
 from search_spaces.gemm import gemm_form, group_size
 from search_spaces.kernel import gpu_params
-from search_spaces.kernel_fusion import KernelParts, group_strides, kernel_parts, pair_operands
+from search_spaces.kernel_fusion import KernelParts, group_strides, kernel_parts
+from search_spaces.kernel_reads import KernelRead, kernel_accesses, unit_stride_side
 from search_spaces.partition import Group
 from search_spaces.precision import kernel_precision
 from search_spaces.workload import Workload
@@ -93,15 +94,6 @@ def _offset(w: Workload, layout_of, tensor: str, sub: tuple[str, ...], groups, e
     return " + ".join(terms) or "0LL"
 
 
-def _unit_cols(w: Workload, layout_of, tensor: str, sub, groups) -> bool:
-    """Whether a tile of ``tensor`` is best loaded columns-fastest: its last column index is
-    its unit-stride dim (else rows-fastest where the last row index is)."""
-    st = dict(zip(sub, strides(w.shapes[tensor], layout_of(tensor))))
-    if groups[2] and st.get(groups[2][-1]) == 1:
-        return True
-    return not (groups[1] and st.get(groups[1][-1]) == 1)
-
-
 class MmaEmitter:
     """One kernel group of a candidate as a tensor-core kernel (see the module docstring)."""
 
@@ -120,48 +112,14 @@ class MmaEmitter:
         self.ga, self.gb, self.gc = (f.batch, f.m, f.k), (f.batch, f.k, f.n), (f.batch, f.m, f.n)
         self.grid = self.B * -(-self.M // self.p.mc) * -(-self.N // self.p.nc)
 
-    # ---- what is read and written -----------------------------------------------------------
-    def _source(self, role: str) -> tuple[str, tuple[str, ...]]:
-        """(tensor, subscript in contraction names) of what the kernel loads as operand
-        ``role``: the operand, or its prologue's main input."""
-        pro = self.parts.prologue_a if role == "a" else self.parts.prologue_b
-        if pro is None:
-            acc = self.form.a if role == "a" else self.form.b
-            return acc.tensor, acc.idx
-        to_p = pro.to_contraction(self.w)
-        return pro.main, tuple(to_p[i] for i in pro.main_idx)
-
-    def _pair_source(self) -> tuple[str, tuple[str, ...], str] | None:
-        """(tensor, subscript in the first contraction's names, role) of the pair's second
-        non-shared operand; None without a pair."""
-        epi = self.parts.epilogue
-        if epi is None or not epi.pair:
-            return None
-        o1, o2, role = pair_operands(self.w, epi)
-        op2 = self.w.op(epi.pair)
-        c = self.w.op(epi.consumer)
-        to1 = dict(zip(epi.read, self.op.parallel))
-        to2 = dict(zip(epi.pair_read, op2.parallel))
-        ren = {to2[i]: to1[i] for i in c.parallel}
-        f2 = gemm_form(op2)
-        s1, s2 = (self.form.a, f2.a) if epi.shared == "a" else (self.form.b, f2.b)
-        ren.update(zip(s2.idx, s1.idx))
-        return o2.tensor, tuple(ren[j] for j in o2.idx), role
-
-    def _output(self) -> tuple[str, tuple[str, ...]]:
-        epi = self.parts.epilogue
-        if epi is None:
-            return self.op.out, self.op.parallel
-        to_p = epi.to_contraction(self.w)
-        return epi.consumer, tuple(to_p[i] for i in self.w.op(epi.consumer).parallel)
-
     # ---- the source -------------------------------------------------------------------------
     def _tile_load(self, buf: str, ld: str, tensor: str, sub, groups, rows: str, cols: str,
                    nrows: str, ncols: str, lo_r: str, lo_c: str, hook: str, lim_r: str,
                    lim_c: str) -> list[str]:
         """The loop that copies one operand slice (``nrows`` x ``ncols``) into shared memory,
         ``hook`` applied to each element (``{x}`` the loaded value)."""
-        fast_cols = _unit_cols(self.w, self.layout_of, tensor, sub, groups)
+        fast_cols = unit_stride_side(self.w, self.layout_of, KernelRead(tensor, sub),
+                                     groups) != "rows"
         r, c = (f"e / {ncols}", f"e % {ncols}") if fast_cols else (f"e % {nrows}",
                                                                    f"e / {nrows}")
         off = _offset(self.w, self.layout_of, tensor, sub, groups, self.ext,
@@ -197,10 +155,10 @@ class MmaEmitter:
         w, p, parts = self.w, self.p, self.parts
         name = f"{prefix}k{index}_{self.g.anchor}"
         hooks, extras = kernel_transforms(w, parts, self.layout_of, self._dialect())
-        a_t, a_sub = self._source("a")
-        b_t, b_sub = self._source("b")
-        pair = self._pair_source()
-        out_t, out_sub = self._output()
+        acc = kernel_accesses(w, parts)
+        (a_t, a_sub), (b_t, b_sub) = (acc.a.tensor, acc.a.sub), (acc.b.tensor, acc.b.sub)
+        pair = (acc.pair.tensor, acc.pair.sub, acc.pair_role) if acc.pair else None
+        out_t, out_sub = acc.out.tensor, acc.out.sub
         reads = [a_t, b_t] + ([pair[0]] if pair else []) + [o.tensor for _, o in extras]
         reads = [t for n, t in enumerate(reads) if t not in reads[:n] and t != out_t]
         warps = (p.mc // p.mr) * (p.nc // p.nr)

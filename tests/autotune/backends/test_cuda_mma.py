@@ -167,13 +167,14 @@ def _odd(rtol: float):
     return parse_workload(GEMM.replace("RTOL", repr(rtol)), "odd_gemm.toml")
 
 
-def _kernel_cand(w, precision: str, out_perm=(0, 1), params=None):
+def _kernel_cand(w, precision: str, out_perm=(0, 1), params=None, layouts=None):
     space = SearchSpace(w, GPU)
     base = space.build(lambda q, o: "kernel" if q.startswith("impl:") else
                        1 if q.startswith("fuse:") else o[0])
     scheds = tuple(replace(s, precision=precision, kernel=params or s.kernel)
                    if s.impl == "kernel" else s for s in base.schedules)
-    return make_candidate(base.fused, {**dict(base.layouts), "out": out_perm}, scheds)
+    lay = {**dict(base.layouts), "out": out_perm, **(layouts or {})}
+    return make_candidate(base.fused, {t: p for t, p in lay.items() if t in w.shapes}, scheds)
 
 
 @needs_gxx
@@ -225,14 +226,18 @@ def test_the_model_prices_the_gpu_kernel_as_a_tensor_core_roofline():
     w = load_workload("trimul_outgoing", {"N": 256, "C": 128})
     dev = preset("h200")
     prices = {}
-    for prec in ("3xtf32", "tf32"):
-        cand = _kernel_cand(w, prec)
+    first = {"a": (2, 0, 1), "b": (2, 0, 1)}       # channel-first: k at unit stride
+    for prec, lay in (("3xtf32", first), ("tf32", first), ("last", {})):
+        cand = _kernel_cand(w, prec.replace("last", "3xtf32"), layouts=lay)
         est = costmodel.estimate(w, cand, dev)
         prices[prec] = {g.anchor: g for g in est.groups if g.impl == "kernel"}
     t = next(a for a, g in prices["3xtf32"].items() if "t" in g.ops)
     big, one = prices["3xtf32"][t], prices["tf32"][t]
     # the triangle product is compute-bound: three products cost about three times one
     assert big.bound == "compute" and 2.5 < big.predicted_s / one.predicted_s < 3.1
+    # channel-last operands: each block's slices a stride apart, a sector per element
+    last = prices["last"][t]
+    assert last.bound == "memory" and last.predicted_s > 1.2 * big.predicted_s
     # a pair computes both contractions: its flops are twice one projection's
     pairs = [g for g in prices["3xtf32"].values() if len(g.ops) >= 3]
     single = [g for g in prices["3xtf32"].values() if len(g.ops) == 2 and "t" not in g.ops]

@@ -19,7 +19,7 @@ from tests.support.skips import require
 SCRIPT = ROOT / "bench" / "gpu_check.sh"
 # what the device tool brings back: at most 8 files of at most 16 MB, names of these characters
 MAX_FILES, MAX_BYTES = 8, 16 << 20
-STAGES = ["wheels", "probe", "rates", "tests", "search", "timing"]
+STAGES = ["wheels", "probe", "rates", "mma", "tests", "search", "timing"]
 
 
 def env_for(out) -> dict:
@@ -43,6 +43,10 @@ def test_dry_run_writes_its_files_into_out(tmp_path):
     assert [f for f in files if f.startswith("gpu_trimul-") and f.endswith(".json")], files
     rates = json.loads((out / "gpu_gemm_shapes.json").read_text())
     assert rates["emulated"] and all(r["seconds"] > 0 for r in rates["rows"])
+    mma = json.loads((out / "gpu_mma_shapes.json").read_text())
+    assert mma["emulated"] and {r["case"] for r in mma["rows"]} == {"einsum", "projection",
+                                                                       "pair"}
+    assert all(r["seconds"] > 0 and r["kernels"] for r in mma["rows"])
 
     summary = json.loads((out / "gpu_check-dryrun.json").read_text())
     assert summary["dry_run"] and summary["tag"] == "dryrun"
@@ -87,7 +91,7 @@ def test_interrupted_run_still_reports(tmp_path):
             p.wait()
     assert p.returncode == 130, stdout[-3000:]
     summary = json.loads((out / "gpu_check-dryrun.json").read_text())
-    assert [s["stage"] for s in summary["stages"]] == ["wheels", "probe", "rates"]
+    assert [s["stage"] for s in summary["stages"]] == ["wheels", "probe", "rates", "mma"]
     text = log.read_text()
     assert "interrupted: stopping the running stage" in text
     assert text.strip().splitlines()[-1].startswith("== end ") and "exit 130" in text
