@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The generated tensor-core kernel's rates (autotune.backends.cuda.mma_kernel) at the shapes
 of the triangle update, by precision and tiling: what calibrates the cost model's
-GENERATED_MMA_SHARE (costmodel/mma_cost.py) against cuBLAS's rates (bench/gpu_gemm_shapes.py).
+mma_share (costmodel/mma_cost.py) against cuBLAS's rates (bench/gpu_gemm_shapes.py).
 One process, device-resident inputs, CUDA events, median of the repeats after a warm-up.
 
     python bench/gpu_mma_shapes.py --out $OUT              # on the GPU machine

@@ -105,6 +105,10 @@ class DeviceSpec:
     # shapes, and its shape classes (costmodel.rates.precision_rate)
     tensor_share: float = 0.65
     tensor_shapes: GemmShapes = GemmShapes()
+    # the CUDA backend's generated tensor-core kernel (costmodel.mma_cost): its share of the
+    # library's tensor-core rate (tf32_flops * tensor_share).  0.35 is an estimate until
+    # `autotune calibrate --device cuda` measures it on the device
+    mma_share: float = 0.35
 
     def to_dict(self) -> dict:
         return asdict(self)

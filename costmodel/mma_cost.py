@@ -3,7 +3,7 @@ autotune.backends.cuda.mma_kernel).  Pure.
 
 A roofline like a library GEMM's (arithmetic and traffic overlap on a GPU): the contraction's
 multiply-adds (twice for a pair) times the precision's products (three for the float32-accurate
-split) at the device's tensor-core rate times :data:`GENERATED_MMA_SHARE`, less the share of
+split) at the device's tensor-core rate times ``dev.mma_share``, less the share of
 partial block tiles; against the bytes of everything the kernel touches once (a re-read of an
 operand slice by another block is served by the L2: a 702^2 x 128 operand is 252 MB, but the
 blocks that share a slice run together), an operand or result whose tiles no unit stride
@@ -30,12 +30,12 @@ from .kernel_cost import kernel_operands, tile_use
 from .rates import kernel_launch_s, transcendental_weight
 
 # The generated kernel's share of the tensor-core rate cuBLAS reaches (dev.tf32_flops *
-# dev.tensor_share): an estimate, not a measurement, until a device run calibrates it.  The
-# kernel issues mma.sync (Hopper's wgmma is reserved to warpgroup-wide asynchronous code) from
-# shared memory loaded synchronously (no cp.async pipeline, no ldmatrix), and splits its
-# fragments in registers; kernels of that build reach a third to a half of the library's rate
-# in public write-ups of hand-written Ampere/Hopper GEMMs.
-GENERATED_MMA_SHARE = 0.35
+# dev.tensor_share) is dev.mma_share: by default (0.35) an estimate, not a measurement, until
+# `autotune calibrate --device cuda` measures it.  The kernel issues mma.sync (Hopper's wgmma
+# is reserved to warpgroup-wide asynchronous code) from shared memory loaded synchronously (no
+# cp.async pipeline, no ldmatrix), and splits its fragments in registers; kernels of that
+# build reach a third to a half of the library's rate in public write-ups of hand-written
+# Ampere/Hopper GEMMs.
 # a GPU moves global memory in 32-byte sectors: a warp's loads that lie a stride apart move one
 # each per element (the tile loads' thread order follows the unit-stride side where there is one)
 SECTOR_BYTES = 32
@@ -49,7 +49,7 @@ def mma_rate(dev: DeviceSpec, p: KernelParams, m: int, n: int, k: int) -> float:
     tiles and K slices wasted)."""
     peak = dev.tf32_flops * dev.tensor_share if dev.tf32_flops > 0 else dev.f32_flops
     use = tile_use(m, p.mc) * tile_use(n, p.nc) * tile_use(k, p.kc)
-    return peak * GENERATED_MMA_SHARE * use
+    return peak * dev.mma_share * use
 
 
 def gpu_kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev: DeviceSpec,

@@ -137,7 +137,8 @@ def explain(workload: WorkloadArg = DEFAULT_WORKLOAD,
 
 
 @handled
-def calibrate(device: str = typer.Option("cpu", help="only cpu: GPU specs are datasheet presets"),
+def calibrate(device: str = typer.Option("cpu", help="cpu (every term) or cuda (the GPU's "
+                                                      "rates over its datasheet preset)"),
               gemm_n: int = typer.Option(2048, "--gemm-n", min=16,
                                          help="GEMM size measured (n x n float32)"),
               copy_mb: float = typer.Option(256.0, "--copy-mb", min=0.001,
@@ -148,19 +149,49 @@ def calibrate(device: str = typer.Option("cpu", help="only cpu: GPU specs are da
                   DEFAULT_SAMPLES, "--kernel-samples", min=0,
                   help="random configurations of the generated kernel timed per shape class "
                        "(0: its terms are not measured)")):
-    """Measure every term of this machine's cpu cost model: GEMM rates by shape class,
-    bandwidth by access pattern, peak FMA rate, transcendental costs, launch overheads."""
+    """Measure every term of this machine's cpu cost model (GEMM rates by shape class,
+    bandwidth by access pattern, peak FMA rate, transcendental costs, launch overheads), or
+    with --device cuda the GPU's copy bandwidth, SGEMM and TF32 rates, the generated
+    tensor-core kernel's share and the launch cost."""
     from autotune.backends.cpu.calibrate import calibrate_cpu
     from autotune.backends.cpu.calibration_terms import report_lines
+    if device == "cuda":
+        _calibrate_cuda()
+        return
     if device != "cpu":
-        raise CliError(f"--device {device!r}: only cpu is calibrated (GPU specs are datasheet "
-                       f"presets)")
+        raise CliError(f"--device {device!r}: use cpu or cuda")
     try:
         rec, path = calibrate_cpu(gemm_n, copy_mb, repeats, kernel_samples=kernel_samples)
     except OSError as e:
         raise CliError(f"cannot store the calibration: {e}") from None
     for line in report_lines(rec):
         typer.echo(line)
+    typer.echo(f"wrote {path}")
+
+
+def _calibrate_cuda() -> None:
+    from autotune.backends.cuda.calibrate import calibrate_cuda
+    from autotune.backends.cuda.kind import CudaBackendKind
+    from autotune.backends.cuda.runtime import CupyRuntime
+    from autotune.environment import NoGPUError, detect_cuda
+    try:
+        env = detect_cuda()
+    except NoGPUError as e:
+        raise CliError(str(e)) from None
+    base = CudaBackendKind.preset_for(env.name)
+    try:
+        rec, path = calibrate_cuda(CupyRuntime(), env.name, base)
+    except OSError as e:
+        raise CliError(f"cannot store the calibration: {e}") from None
+    typer.echo(f"{env.name} (over the {base.name} preset):")
+    typer.echo(f"  copy bandwidth   {rec['bandwidth'] / 1e9:8.0f} GB/s   "
+               f"(preset {base.bandwidth / 1e9:.0f})")
+    typer.echo(f"  SGEMM            {rec['gemm_flops'] / 1e12:8.1f} TFLOP/s (preset "
+               f"{base.gemm_flops / 1e12:.1f})")
+    typer.echo(f"  TF32 share       {rec['tensor_share']:8.3f}   (preset {base.tensor_share})")
+    typer.echo(f"  kernel's share   {rec['mma_share']:8.3f}   (preset {base.mma_share})")
+    typer.echo(f"  launch           {rec['launch_s'] * 1e6:8.1f} us  (preset "
+               f"{base.launch_s * 1e6:.1f})")
     typer.echo(f"wrote {path}")
 
 

@@ -45,15 +45,29 @@ class CudaBackendKind:
     min_timeout_s: float = 5.0
 
     def device_spec(self, env: Environment) -> DeviceSpec:
-        """The datasheet preset the GPU's name matches (an H100's when none does)."""
-        name = env.name.lower()
+        """The datasheet preset the GPU's name matches (an H100's when none does), with the
+        terms ``autotune calibrate --device cuda`` measured on this GPU, where it has."""
+        from autotune.backends.cuda.calibrate import load_cuda_spec
+        return load_cuda_spec(self.preset_for(env.name), env.name)[0]
+
+    @staticmethod
+    def preset_for(gpu_name: str) -> DeviceSpec:
+        """The datasheet preset a GPU's name matches (an H100's when none does)."""
+        name = gpu_name.lower()
         for key in ("h200", "h100", "a100"):
             if key in name:
                 return preset(key)
         return preset("h100")
 
-    def calibrated(self) -> None:
-        return None
+    def calibrated(self) -> bool | None:
+        """Whether this machine's GPU has a calibration record (None: no GPU here)."""
+        from autotune.backends.cuda.calibrate import load_cuda_spec
+        from autotune.environment import NoGPUError, detect_cuda
+        try:
+            name = detect_cuda().name
+        except NoGPUError:
+            return None
+        return load_cuda_spec(self.preset_for(name), name)[1]
 
     def memory_probe(self) -> Callable[[], int | None]:
         # read once, before the measuring worker starts: later its memory pool holds on to
