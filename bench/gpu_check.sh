@@ -35,6 +35,8 @@
 #   2. probe   (30 s)   the GPU, CuPy and the CUDA runtime; without a GPU: one line, exit 1
 #      rates   (30 s)   cuBLAS by shape and precision at the triangle update's shapes
 #      mma     (30 s)   the generated tensor-core kernel there, by precision and tiling
+#      calibrate (20 s) `autotune calibrate --device cuda` (the search then prices with it;
+#                       not in the dry run)
 #   3. tests   (80 s)   the cuda-marked tests (pytest -m cuda)
 #   4. search  (150 s)  autotune search trimul_outgoing --device cuda --budget $BUDGET at $DIMS,
 #                       stopped at its limit with SIGTERM (the finished trials are kept, and
@@ -286,6 +288,11 @@ AUTOTUNE=("$PY" -m autotune.cli)
 stage rates 30 300 "$PY" bench/gpu_gemm_shapes.py --out "$WORK" $( [ "$DRY" = 1 ] && echo --emulate )
 # ---- mma: the generated tensor-core kernel there (what calibrates the model's share for it) --------
 stage mma 30 300 "$PY" bench/gpu_mma_shapes.py --out "$WORK" $( [ "$DRY" = 1 ] && echo --emulate )
+# ---- calibrate: the GPU's terms over its preset, in the scratch DB's folder, so that the search
+# below prices with them (its figures are in the log); a GPU only
+if [ "$DRY" != 1 ]; then
+  stage calibrate 20 300 "${AUTOTUNE[@]}" calibrate --device cuda
+fi
 
 # ---- 3. tests -------------------------------------------------------------------------------------
 if [ "${SKIP_TESTS:-0}" != 1 ]; then

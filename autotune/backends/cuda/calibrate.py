@@ -24,6 +24,7 @@ import numpy as np
 
 from costmodel.devices import DeviceSpec
 from search_spaces import parse_workload
+from search_spaces.candidate import IMPL_KERNEL, GroupSchedule, make_candidate
 from search_spaces.kernel import gpu_options
 
 from autotune.backends.cpu.calibrate import CalibrationWarning, default_db_dir, write_calibration
@@ -69,8 +70,6 @@ def measure(rt, preset: DeviceSpec, gemm_n: int = 8192, copy_mb: float = 1024.0,
             repeats: int = 5, cache_dir: Path | None = None) -> dict:
     """The measured terms on runtime ``rt`` (CuPy, or the host emulator in the tests)."""
     from autotune.backends.cuda.executor import CudaPlan, run_gemm
-    from autotune.backends.cuda.kind import CudaBackendKind
-    from search_spaces.space import SearchSpace
     xp = rt.xp
     n_copy = max(1, int(copy_mb * 2**20) // 4)
     src, dst = xp.ones(n_copy, np.float32), xp.empty(n_copy, np.float32)
@@ -86,11 +85,9 @@ def measure(rt, preset: DeviceSpec, gemm_n: int = 8192, copy_mb: float = 1024.0,
     sgemm = flops / _best(rt, lambda: run_gemm(rt, call, a, b, c, 1.0, "fp32"), repeats)
     tf32 = flops / _best(rt, lambda: run_gemm(rt, call, a, b, c, 1.0, "tf32"), repeats)
     w = parse_workload(GEMM.format(n=n), "calibrate_gemm.toml")
-    space = SearchSpace(w, CudaBackendKind().tile_bounds)
-    cand = space.build(lambda q, o: "kernel" if q.startswith("impl:") else
-                       "tf32" if q.endswith(":precision") else o[0])
-    cand = replace(cand, schedules=tuple(replace(s, kernel=gpu_options().default)
-                                         if s.impl == "kernel" else s for s in cand.schedules))
+    # c alone, on the kernel at the space's default tiling, in TF32
+    cand = make_candidate((), {}, [GroupSchedule("c", (n, n), IMPL_KERNEL,
+                                                 gpu_options().default, precision="tf32")])
     folder = Path(cache_dir) if cache_dir is not None else Path(tempfile.mkdtemp())
     plan = CudaPlan(w, cand, folder, runtime=rt)
     dev_in = plan.upload(w.random_inputs(seed=0))

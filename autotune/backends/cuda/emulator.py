@@ -24,6 +24,8 @@ EMU_HEADER = r"""// CUDA built-ins for running generated kernels on the host (au
 #include <math.h>
 #include <string.h>
 #include <pthread.h>
+#include <sched.h>
+#include <atomic>
 #define __global__
 #define __device__
 #define __forceinline__ inline
@@ -34,8 +36,21 @@ EMU_HEADER = r"""// CUDA built-ins for running generated kernels on the host (au
 struct at_dim3 { unsigned x, y, z; };
 static __thread at_dim3 threadIdx, blockIdx;
 static at_dim3 blockDim, gridDim;
-static pthread_barrier_t at_bar;
-static inline void __syncthreads() { pthread_barrier_wait(&at_bar); }
+// the block's barrier: a generation counter the last arrival advances; the others yield the
+// core until it moves (the emulated threads outnumber the cores, so spinning would starve
+// the thread they wait for; a futex barrier costs a kernel round trip per thread per wait)
+static std::atomic<unsigned> at_arrived{0}, at_generation{0};
+static unsigned at_nt = 1;
+static inline void at_barrier() {
+  const unsigned g = at_generation.load(std::memory_order_acquire);
+  if (at_arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == at_nt) {
+    at_arrived.store(0, std::memory_order_relaxed);
+    at_generation.fetch_add(1, std::memory_order_release);
+  } else {
+    while (at_generation.load(std::memory_order_acquire) == g) sched_yield();
+  }
+}
+static inline void __syncthreads() { at_barrier(); }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 static inline float __int_as_float(unsigned int i) { float f; memcpy(&f, &i, 4); return f; }
@@ -47,12 +62,12 @@ static inline double __longlong_as_double(unsigned long long i) {
 static float at_shfl_f32[1024];
 static double at_shfl_f64[1024];
 static inline float __shfl_xor_sync(unsigned, float v, int o) {
-  at_shfl_f32[threadIdx.x] = v; pthread_barrier_wait(&at_bar);
-  const float r = at_shfl_f32[threadIdx.x ^ (unsigned)o]; pthread_barrier_wait(&at_bar);
+  at_shfl_f32[threadIdx.x] = v; at_barrier();
+  const float r = at_shfl_f32[threadIdx.x ^ (unsigned)o]; at_barrier();
   return r; }
 static inline double __shfl_xor_sync(unsigned, double v, int o) {
-  at_shfl_f64[threadIdx.x] = v; pthread_barrier_wait(&at_bar);
-  const double r = at_shfl_f64[threadIdx.x ^ (unsigned)o]; pthread_barrier_wait(&at_bar);
+  at_shfl_f64[threadIdx.x] = v; at_barrier();
+  const double r = at_shfl_f64[threadIdx.x ^ (unsigned)o]; at_barrier();
   return r; }
 // tensor cores (autotune.backends.cuda.mma_kernel): the block's 32 emulated threads are one
 // warp; mma.sync m16n8k8 TF32 gathers every lane's fragments (the PTX ISA's layout: lane
@@ -66,7 +81,7 @@ static inline void at_mma(float (&d)[4], const unsigned (&a)[4], const unsigned 
   const unsigned l = threadIdx.x & 31u, g = l >> 2, t = l & 3u;
   for (int i = 0; i < 4; ++i) at_mma_a[l][i] = a[i];
   at_mma_b[l][0] = b[0]; at_mma_b[l][1] = b[1];
-  pthread_barrier_wait(&at_bar);
+  at_barrier();
   for (unsigned h = 0; h < 4; ++h) {
     const unsigned r = g + (h >> 1) * 8, c = 2 * t + (h & 1u);
     float s = d[h];
@@ -75,7 +90,7 @@ static inline void at_mma(float (&d)[4], const unsigned (&a)[4], const unsigned 
            __uint_as_float(at_mma_b[c * 4 + (k & 3u)][k >> 2]);
     d[h] = s;
   }
-  pthread_barrier_wait(&at_bar);
+  at_barrier();
 }
 #define AT_SMEM_BYTES (1L << 24)
 alignas(16) float smem_f32[AT_SMEM_BYTES / 4];
@@ -87,21 +102,20 @@ static void* at_thread(void* p) {
   for (long b = 0; b < j->grid; ++b) {
     blockIdx.x = (unsigned)b; blockIdx.y = blockIdx.z = 0;
     j->body(j->args);
-    pthread_barrier_wait(&at_bar);   // the next block reuses shared memory
+    at_barrier();   // the next block reuses shared memory
   }
   return 0;
 }
 static void at_run(long grid, int nt, void (*body)(void**), void** args) {
   blockDim.x = (unsigned)nt; blockDim.y = blockDim.z = 1;
   gridDim.x = (unsigned)grid; gridDim.y = gridDim.z = 1;
-  pthread_barrier_init(&at_bar, 0, (unsigned)nt);
+  at_nt = (unsigned)nt; at_arrived = 0;
   pthread_t th[1024]; at_job jobs[1024];
   for (int t = 0; t < nt; ++t) {
     jobs[t].body = body; jobs[t].args = args; jobs[t].grid = grid; jobs[t].tid = (unsigned)t;
     pthread_create(&th[t], 0, at_thread, &jobs[t]);
   }
   for (int t = 0; t < nt; ++t) pthread_join(th[t], 0);
-  pthread_barrier_destroy(&at_bar);
 }
 """
 EMU_SMEM_BYTES = 1 << 24

@@ -32,6 +32,7 @@ from autotune.cli.app import app
 from autotune.backends.cuda.codegen import TileTooLarge, check_limits, generate_cuda, kernel_source
 from autotune.backends.cuda.emulator import HostEmulator
 from autotune.backends.cuda.executor import CudaPlan, precision_of
+from autotune.backends.cuda.kind import CudaBackendKind
 from autotune.backends.cuda.gemm import Mat, emulate_gemm, plan_gemm
 from autotune.backends.base import verify
 from autotune.reference import reference
@@ -50,6 +51,7 @@ NVCC = shutil.which("nvcc")
 NVCC_SKIP = "nvcc not on PATH (the CUDA toolkit; no pip extra brings it)"
 CXX = shutil.which("g++")
 BOUNDS = TileBounds(1, 1024)
+GPU_BOUNDS = CudaBackendKind().tile_bounds     # with the tensor-core kernel
 RANDOM_PER_WORKLOAD = 5
 SMALL = {"trimul_outgoing": {"N": 12, "C": 8}, "trimul_incoming": {"N": 12, "C": 8},
          "attention": {"S": 16, "H": 2, "D": 8, "C": 16},
@@ -95,8 +97,8 @@ def small(name: str):
     return load_workload(name, SMALL.get(name, {}))
 
 
-def candidates(w, n_random: int, seed: int = 0):
-    space = SearchSpace(w, BOUNDS)
+def candidates(w, n_random: int, seed: int = 0, bounds=BOUNDS):
+    space = SearchSpace(w, bounds)
     rng = np.random.default_rng(seed)
     out = [named_plan(space, n) for n in NAMED_PLANS]
     seen = {c.key for c in out}
@@ -117,7 +119,10 @@ def test_generated_cuda_compiles_with_nvcc(name, tmp_path):
     w = small(name)
     parts, where, line = [], [], 1
     n_kernels = 0
-    for j, cand in enumerate(candidates(w, RANDOM_PER_WORKLOAD)):
+    # the named plans and random ones, and random ones of the CUDA backend's own space (its
+    # tensor-core kernel among them)
+    for j, cand in enumerate(candidates(w, RANDOM_PER_WORKLOAD) +
+                             candidates(w, 3, seed=7, bounds=GPU_BOUNDS)[len(NAMED_PLANS):]):
         # (the generator takes the workload the candidate runs: inlined ops gone)
         src, kernels = generate_cuda(rewritten(w, cand), cand, prefix=f"p{j}_")
         n_kernels += len(kernels)
@@ -187,8 +192,10 @@ def test_generated_cuda_compiles_with_nvrtc(name, nvrtc):
     import ctypes
     from autotune.backends.cuda.runtime import NVRTC_OPTIONS
     w = small(name)
+    plans = candidates(w, RANDOM_PER_WORKLOAD) + \
+        candidates(w, 3, seed=7, bounds=GPU_BOUNDS)[len(NAMED_PLANS):]
     src = "\n".join(generate_cuda(rewritten(w, c), c, prefix=f"p{j}_")[0]
-                    for j, c in enumerate(candidates(w, RANDOM_PER_WORKLOAD)))
+                    for j, c in enumerate(plans))
 
     def compile_for(arch: str) -> tuple[int, str]:
         prog = ctypes.c_void_p()
