@@ -122,7 +122,7 @@ def test_generated_cuda_compiles_with_nvcc(name, tmp_path):
     # the named plans and random ones, and random ones of the CUDA backend's own space (its
     # tensor-core kernel among them)
     for j, cand in enumerate(candidates(w, RANDOM_PER_WORKLOAD) +
-                             candidates(w, 3, seed=7, bounds=GPU_BOUNDS)[len(NAMED_PLANS):]):
+                             candidates(w, 2, seed=7, bounds=GPU_BOUNDS)[len(NAMED_PLANS):]):
         # (the generator takes the workload the candidate runs: inlined ops gone)
         src, kernels = generate_cuda(rewritten(w, cand), cand, prefix=f"p{j}_")
         n_kernels += len(kernels)
@@ -193,7 +193,7 @@ def test_generated_cuda_compiles_with_nvrtc(name, nvrtc):
     from autotune.backends.cuda.runtime import NVRTC_OPTIONS
     w = small(name)
     plans = candidates(w, RANDOM_PER_WORKLOAD) + \
-        candidates(w, 3, seed=7, bounds=GPU_BOUNDS)[len(NAMED_PLANS):]
+        candidates(w, 2, seed=7, bounds=GPU_BOUNDS)[len(NAMED_PLANS):]
     src = "\n".join(generate_cuda(rewritten(w, c), c, prefix=f"p{j}_")[0]
                     for j, c in enumerate(plans))
 
