@@ -30,7 +30,7 @@ from autotune.backends.cuda.executor import CudaPlan  # noqa: E402
 from autotune.backends.cuda.kind import CudaBackendKind  # noqa: E402
 from search_spaces import parse_workload  # noqa: E402
 from search_spaces.candidate import make_candidate  # noqa: E402
-from search_spaces.kernel import KernelParams  # noqa: E402
+from search_spaces.kernel import GPU_VEC_BYTES, KernelParams  # noqa: E402
 from search_spaces.space import SearchSpace  # noqa: E402
 
 BLOCKS = '''name = "NAME"
@@ -76,7 +76,7 @@ def kernel_candidate(w, precision: str, tiling):
     base = space.build(lambda q, o: "kernel" if q.startswith("impl:") else
                        1 if q.split(":")[0] in ("fuse", "pair") else o[0])
     (mr, nr), (mc, nc), kc = tiling
-    params = KernelParams(mr, nr, mc, kc, nc, vec_bytes=64)
+    params = KernelParams(mr, nr, mc, kc, nc, vec_bytes=GPU_VEC_BYTES)
     scheds = tuple(replace(s, precision=precision, kernel=params) if s.impl == "kernel" else s
                    for s in base.schedules)
     return make_candidate(base.fused, dict(base.layouts), scheds)

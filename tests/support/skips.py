@@ -19,6 +19,7 @@ STRICT_ENV = "AUTOTUNE_STRICT_SKIPS"
 GPU_SKIP = "needs CuPy and a CUDA device (pip install -e '.[cuda]' on a machine with an NVIDIA GPU)"
 GPU_PRESENT_SKIP = "a GPU is present here"          # tests of the no-GPU messages
 ALLOWED = (GPU_SKIP, GPU_PRESENT_SKIP)
+NVCC_SKIP = "nvcc not on PATH (the CUDA toolkit; no pip extra brings it)"
 
 # optional module -> the extra of pyproject.toml that installs it
 EXTRAS = {"jax": "bench", "iree.compiler": "mlir", "iree.runtime": "bench",

@@ -98,19 +98,21 @@ class MmaEmitter:
     """One kernel group of a candidate as a tensor-core kernel (see the module docstring)."""
 
     def __init__(self, w: Workload, cand: Candidate, g: Group):
-        self.w, self.cand, self.g = w, cand, g
+        self.w, self.g = w, g
         self.layout_of = lambda t: cand.layout(t, len(w.shapes[t]))
         self.parts: KernelParts = kernel_parts(w, cand.fused_pairs, g.anchor)
         sched = cand.schedule(g.anchor)
         self.precision = kernel_precision(w, sched.precision)
         self.p = gpu_params(sched.kernel, bool(self.parts.pair))
         op = w.op(self.parts.contraction)
-        self.op, self.form = op, gemm_form(op)
+        self.form = gemm_form(op)
         self.ext = dict(zip(op.domain, op.extents))
         f = self.form
         self.B, self.M, self.N, self.K = (group_size(op, x) for x in (f.batch, f.m, f.n, f.k))
         self.ga, self.gb, self.gc = (f.batch, f.m, f.k), (f.batch, f.k, f.n), (f.batch, f.m, f.n)
-        self.grid = self.B * -(-self.M // self.p.mc) * -(-self.N // self.p.nc)
+        # block tiles along M and N; one block per batch item and tile
+        self.gm, self.gn = -(-self.M // self.p.mc), -(-self.N // self.p.nc)
+        self.grid = self.B * self.gm * self.gn
 
     # ---- the source -------------------------------------------------------------------------
     def _tile_load(self, buf: str, ld: str, tensor: str, sub, groups, rows: str, cols: str,
@@ -162,7 +164,7 @@ class MmaEmitter:
         reads = [a_t, b_t] + ([pair[0]] if pair else []) + [o.tensor for _, o in extras]
         reads = [t for n, t in enumerate(reads) if t not in reads[:n] and t != out_t]
         warps = (p.mc // p.mr) * (p.nc // p.nr)
-        gm, gn = -(-self.M // p.mc), -(-self.N // p.nc)
+        gm, gn = self.gm, self.gn
         lda, ldb = p.kc + 4, p.nc + 8
         second = (p.mc * lda if pair[2] == "a" else p.kc * ldb) if pair else 0
         smem = 4 * (p.mc * lda + p.kc * ldb + second)

@@ -44,11 +44,11 @@ from search_spaces.kernel import GPU_VEC_BYTES, KernelBounds
 from search_spaces.plans import NAMED_PLANS, named_plan
 from search_spaces.rewrite import rewritten
 from search_spaces.space import SearchSpace, TileBounds
-from tests.support.skips import GPU_PRESENT_SKIP, GPU_SKIP
+from tests.conftest import cuda_device_present
+from tests.support.skips import GPU_PRESENT_SKIP, NVCC_SKIP
 from tests.support.where import causal
 
 NVCC = shutil.which("nvcc")
-NVCC_SKIP = "nvcc not on PATH (the CUDA toolkit; no pip extra brings it)"
 CXX = shutil.which("g++")
 BOUNDS = TileBounds(1, 1024)
 GPU_BOUNDS = CudaBackendKind().tile_bounds     # with the tensor-core kernel
@@ -231,13 +231,6 @@ def test_one_kernel_file_compiles_alone(tmp_path):
 
 
 # ---- the generated kernels run under the host emulator and match the reference --------------------
-@pytest.fixture(scope="module")
-def emulator():
-    if CXX is None:
-        pytest.skip("g++ not on PATH")
-    return HostEmulator(threads=4)
-
-
 @pytest.fixture(scope="module")
 def kernel_cache(tmp_path_factory):
     return tmp_path_factory.mktemp("emu-kernels")
@@ -431,15 +424,7 @@ def test_emit_writes_one_cu_per_kernel_and_a_readme(tmp_path):
     assert r.exit_code == 1 and "--plan 'fastest'" in r.output
 
 
-def _cuda_device() -> bool:
-    try:
-        import cupy
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:
-        return False
-
-
-@pytest.mark.skipif(_cuda_device(), reason=GPU_PRESENT_SKIP)
+@pytest.mark.skipif(cuda_device_present(), reason=GPU_PRESENT_SKIP)
 def test_emit_best_without_gpu_is_one_line(tmp_path):
     r = CliRunner().invoke(app, ["emit", "--plan", "best", "--device", "cuda", "--out",
                                  str(tmp_path)])
@@ -448,14 +433,6 @@ def test_emit_best_without_gpu_is_one_line(tmp_path):
 
 
 # ---- on a GPU ------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def gpu():
-    if not _cuda_device():
-        pytest.skip(GPU_SKIP)
-    from autotune.backends.cuda.runtime import CupyRuntime
-    return CupyRuntime()
-
-
 @pytest.mark.cuda
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_gpu_plans_match_reference(name, gpu, tmp_path):

@@ -18,7 +18,6 @@ import pytest
 import costmodel
 from autotune.backends.base import verify
 from autotune.backends.cuda.codegen import generate_cuda
-from autotune.backends.cuda.emulator import HostEmulator
 from autotune.backends.cuda.executor import CudaPlan
 from autotune.backends.cuda.kind import CudaBackendKind
 from autotune.reference import reference
@@ -30,21 +29,16 @@ from search_spaces.kernel import gpu_options
 from search_spaces.kernel_fusion import kernel_parts
 from search_spaces.rewrite import rewritten
 from search_spaces.space import SearchSpace
-NVCC_SKIP = "nvcc not on PATH (the CUDA toolkit; no pip extra brings it)"
+from tests.conftest import SMALL_DIMS
+from tests.support.skips import NVCC_SKIP
 
 GPU = CudaBackendKind().tile_bounds
 NVCC = shutil.which("nvcc")
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not on PATH")
-SMALL = {"trimul_outgoing": {"N": 12, "C": 8}, "trimul_incoming": {"N": 12, "C": 8},
-         "attention": {"S": 16, "H": 2, "D": 8, "C": 16},
-         "gated_mlp": {"T": 20, "C": 16, "F": 24},
-         "outer_product_mean": {"S": 6, "N": 8, "C": 8, "E": 4, "Z": 8},
-         "triangle_attention_starting": {"N": 6, "C": 8, "H": 2, "D": 4},
-         "triangle_attention_ending": {"N": 6, "C": 8, "H": 2, "D": 4},
-         "msa_row_attention": {"S": 3, "N": 6, "Cm": 8, "Cz": 4, "H": 2, "D": 4},
-         "pair_transition": {"N": 6, "C": 8, "F": 32},
-         "gelu_mlp": {"T": 16, "C": 16, "F": 64},
-         "causal_attention": {"S": 16, "H": 2, "D": 8, "C": 16}}
+# the shared small dims, trimul's smaller (the emulated warp is slow) and gated_mlp's off the
+# 16-wide fragments
+SMALL = {**SMALL_DIMS, "trimul_outgoing": {"N": 12, "C": 8}, "trimul_incoming": {"N": 12, "C": 8},
+         "gated_mlp": {"T": 20, "C": 16, "F": 24}}
 
 
 def kernel_plans(w, n: int, seed: int = 0, fuse=None):
@@ -68,13 +62,6 @@ def kernel_plans(w, n: int, seed: int = 0, fuse=None):
         if len(out) == n:
             break
     return out
-
-
-@pytest.fixture(scope="module")
-def emulator():
-    if shutil.which("g++") is None:
-        pytest.skip("g++ not on PATH")
-    return HostEmulator(threads=4)
 
 
 # ---- the space -----------------------------------------------------------------------------------
@@ -165,20 +152,23 @@ rtol = RTOL
 
 
 def _all_params(cand, params):
-    return replace(cand, schedules=tuple(replace(s, kernel=params) if s.impl == "kernel" else s
-                                         for s in cand.schedules))
+    return replace(cand, schedules=_kernel_schedules(cand, kernel=params))
+
+
+def _kernel_schedules(cand, **changes):
+    """``cand``'s schedules with ``changes`` made to each kernel group's."""
+    return tuple(replace(s, **changes) if s.impl == "kernel" else s for s in cand.schedules)
 
 
 def _odd(rtol: float):
     return parse_workload(GEMM.replace("RTOL", repr(rtol)), "odd_gemm.toml")
 
 
-def _kernel_cand(w, precision: str, out_perm=(0, 1), params=None, layouts=None):
+def _kernel_cand(w, precision: str, out_perm=(0, 1), layouts=None):
     space = SearchSpace(w, GPU)
     base = space.build(lambda q, o: "kernel" if q.startswith("impl:") else
                        1 if q.startswith("fuse:") else o[0])
-    scheds = tuple(replace(s, precision=precision, kernel=params or s.kernel)
-                   if s.impl == "kernel" else s for s in base.schedules)
+    scheds = _kernel_schedules(base, precision=precision)
     lay = {**dict(base.layouts), "out": out_perm, **(layouts or {})}
     return make_candidate(base.fused, {t: p for t, p in lay.items() if t in w.shapes}, scheds)
 
@@ -259,16 +249,6 @@ def test_the_model_prices_the_gpu_kernel_as_a_tensor_core_roofline():
 
 
 # ---- on a GPU ------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def gpu():
-    from tests.conftest import cuda_device_present
-    from tests.support.skips import GPU_SKIP
-    if not cuda_device_present():
-        pytest.skip(GPU_SKIP)
-    from autotune.backends.cuda.runtime import CupyRuntime
-    return CupyRuntime()
-
-
 @pytest.mark.cuda
 @pytest.mark.parametrize("name", ["trimul_outgoing", "gated_mlp", "attention"])
 def test_gpu_kernel_plans_match_the_reference(name, gpu, tmp_path):

@@ -4,7 +4,6 @@ through a real search (worker, verification, load_best).  Every run is checked a
 float64 reference of the *original* workload, and its outputs are exactly the original outputs."""
 from __future__ import annotations
 
-import shutil
 import warnings
 from pathlib import Path
 
@@ -115,14 +114,6 @@ def test_emitted_sources_and_the_dispatch_graph_follow_the_split():
     emitted = backend_kind("cpu").emit(w, cand)
     assert "G_r__" in emitted.files["plan.c"]
     assert "r__" in dispatch_dot(w, cand)
-
-
-@pytest.fixture(scope="module")
-def emulator():
-    if shutil.which("g++") is None:
-        pytest.skip("g++ not on PATH")
-    from autotune.backends.cuda.emulator import HostEmulator
-    return HostEmulator(threads=4)
 
 
 @pytest.mark.parametrize("make", [product, covariance])

@@ -79,14 +79,6 @@ def test_odd_tiles_really_split_the_masked_indices():
     assert any("<=" in line and "?" in line for line in src.splitlines())
 
 
-@pytest.fixture(scope="module")
-def emulator():
-    if CXX is None:
-        pytest.skip("g++ not on PATH")
-    from autotune.backends.cuda.emulator import HostEmulator
-    return HostEmulator(threads=4)
-
-
 @pytest.mark.parametrize("name", list(WORKLOADS))
 def test_emulated_cuda_plans_match_reference(name, emulator, tmp_path):
     from autotune.backends.cuda.executor import CudaPlan
