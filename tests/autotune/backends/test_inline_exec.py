@@ -6,7 +6,7 @@ from __future__ import annotations
 from autotune.api import make_executable
 from search_spaces import parse_workload
 from search_spaces.space import SearchSpace, TileBounds
-from tests.autotune.backends.test_orders_exec import candidates, check, emulator  # noqa: F401
+from tests.autotune.backends.test_orders_exec import candidates, check
 from tests.search_spaces.test_inline import PROGRAM
 
 
