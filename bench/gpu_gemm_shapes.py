@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import autotune  # noqa: E402,F401  (before NumPy: the thread runtimes' settings)
 import numpy as np  # noqa: E402
 
-from autotune.backends.cuda.executor import run_gemm  # noqa: E402
+from autotune.backends.cuda.gemm import run_gemm  # noqa: E402
 from autotune.backends.cuda.gemm import GemmCall  # noqa: E402
 from autotune.backends.cuda.runtime import CupyRuntime  # noqa: E402
 

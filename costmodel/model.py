@@ -12,7 +12,7 @@ import math
 
 from search_spaces.candidate import IMPL_KERNEL, IMPL_LIBRARY, Candidate
 from search_spaces.chain import detect
-from search_spaces.precision import default_precision, kernel_precision
+from search_spaces.precision import default_precision, kernel_precision, stack_precision
 from search_spaces.footprint import (conflicting, footprint_shape, footprints, item_bytes,
                                      lines_between, nest_extents, plan_group, revisited_far,
                                      strides, tile_dealing, write_strides, writes_in_place)
@@ -31,8 +31,8 @@ from .kernel_cost import kernel_copy_bytes, kernel_group
 from .memo import GroupMemo
 from .mma_cost import gpu_kernel_group
 from .rates import (LINE_ELEMS, PAGE_BYTES, library_launch_s, loop_launch_s,
-                    loop_occupancy, precision_rate, read_waste, regions_waste, tile_overhead_s,
-                    transcendental_weight, write_waste)
+                    loop_occupancy, precision_rate, read_waste, regions_waste, split_extras,
+                    tile_overhead_s, transcendental_weight, write_waste)
 from .stack_cost import stack_copy_bytes, stacked_group
 
 
@@ -86,7 +86,8 @@ def estimate(w: Workload, cand: Candidate, dev: DeviceSpec) -> CostEstimate:
         if stack:
             # one GEMM for the whole stack, priced with its first member (which runs it)
             if stack[0] == g.anchor:
-                out.append(stacked_group(w, stack, layout_of, dev, item))
+                prec = stack_precision(w, [cand.schedule(m).precision for m in stack])
+                out.append(stacked_group(w, stack, layout_of, dev, item, prec))
         elif sched.impl == IMPL_LIBRARY:
             out.append(_library_group(w, g, layout_of, dev, item,
                                       sched.precision or default_precision(w)))
@@ -148,13 +149,10 @@ def _library_group(w, g: Group, layout_of, dev: DeviceSpec, item: int,
         # the executor applies a contraction's scale in a pass over the smallest of A, B, C
         copy_bytes += 2 * item * min(b_ * m * k, b_ * k * n, b_ * m * n)
     rate, products = precision_rate(dev, precision, b_, m, n, k)
-    launches = 1
-    if products > 1:
-        # the split: A and B read once, their high and low parts written; each product reads
-        # its operands, each after the first reads C back
-        copy_bytes += 3 * item * (b_ * m * k + b_ * k * n)
-        bytes_ += (products - 1) * (item * (b_ * m * k + b_ * k * n) + 2 * item * b_ * m * n)
-        launches += products + 1
+    more, passes, extra_launches = split_extras(item, b_, m, n, k, products)
+    bytes_ += more
+    copy_bytes += passes
+    launches = 1 + extra_launches
     t, bound = _roofline(flops * products, rate, bytes_, dev, launches)
     t += copy_bytes / dev.bandwidth
     return GroupCost(ops=(op.out,), anchor=op.out, impl=IMPL_LIBRARY, tiles=(),

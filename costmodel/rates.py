@@ -78,6 +78,18 @@ def precision_rate(dev: DeviceSpec, precision: str, b: int, m: int, n: int, k: i
     return dev.tf32_flops * dev.tensor_share * eff, products
 
 
+def split_extras(item: int, b: int, m: int, n: int, k: int, products: int
+                 ) -> tuple[float, float, int]:
+    """(bytes the GEMM's products add, bytes of separate passes, launches they add) of a
+    library GEMM taken as ``products`` TF32 products (search_spaces.precision): the split reads
+    A and B once and writes their high and low parts; each product reads its operands, each
+    after the first reads C back.  (0, 0, 0) for one product."""
+    if products <= 1:
+        return 0.0, 0.0, 0
+    operands = item * (b * m * k + b * k * n)
+    return ((products - 1) * (operands + 2 * item * b * m * n), 3.0 * operands, products + 1)
+
+
 def pattern_waste(spread: float, ratio: float) -> float:
     """DRAM bytes per useful byte of an access that uses 1/``spread`` of each line it moves
     (``spread`` in [1, LINE_ELEMS]), when using one element per line costs ``ratio`` (an

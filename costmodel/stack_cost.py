@@ -9,6 +9,13 @@ once instead of once per member.  The size of that pass is what the calibrated s
 leaves room for (trimul's projections, K = N = 128: packing M x K floats beside 2 M N K flops is
 4 x rate / (N x bandwidth), about a fifth of the GEMM at 190 GFLOP/s and 30 GB/s), and what was
 measured (2 cores, OpenBLAS: five M=65536 projections 81.8 ms apart, 65.7 ms stacked).
+
+On a GPU no pass is saved that the roofline does not already see: cuBLAS streams the shared
+operand from DRAM once per GEMM, so a stack's gain is its DRAM bytes counted once (five
+trimul projections at N=702 read the 252 MB normalized input once instead of five times) and
+one wider GEMM; the stack runs in the most accurate of its members' precisions
+(search_spaces.precision.stack_precision), priced like a lone library GEMM in it (split
+passes and products included), plus one copy kernel per member for the side-by-side weights.
 """
 from __future__ import annotations
 
@@ -21,13 +28,13 @@ from search_spaces.workload import Workload
 
 from .devices import DeviceSpec
 from .estimate import GroupCost
-from .rates import gemm_rate, library_launch_s
+from .rates import gemm_rate, library_launch_s, precision_rate, split_extras
 
 
 def stacked_group(w: Workload, members: tuple[str, ...], layout_of, dev: DeviceSpec,
-                  item: int) -> GroupCost:
+                  item: int, precision: str = "fp32") -> GroupCost:
     """The predicted cost of the stack ``members`` (all of it: the first member's group runs
-    it, the others' run nothing)."""
+    it, the others' run nothing) in ``precision`` (its members' most accurate)."""
     sib = stack_of(w, members)
     form = gemm_form(w.op(members[0]))
     d, s, k = stack_extents(w, sib, members[0])
@@ -43,15 +50,27 @@ def stacked_group(w: Workload, members: tuple[str, ...], layout_of, dev: DeviceS
     if not as_matrix_view(shared.idx, w.shapes[shared.tensor], layout_of(shared.tensor),
                           ga if sib.shared == "a" else gb):
         copy_bytes += 2 * shared_bytes * dev.access.transpose_copy
-    compute = flops / gemm_rate(dev, 1, n * d, s, k)
-    memory = unique / dev.bandwidth
-    saved = (n - 1) * 2.0 * shared_bytes / dev.bandwidth
-    # never below the same flops at the library's large-shape rate
-    t = max(max(compute, memory) - saved, flops / dev.gemm_flops) \
-        + copy_bytes / dev.bandwidth + library_launch_s(dev)
+    launches = 1
+    if dev.kind == "cpu":
+        compute = flops / gemm_rate(dev, 1, n * d, s, k)
+        memory = unique / dev.bandwidth
+        saved = (n - 1) * 2.0 * shared_bytes / dev.bandwidth
+        # never below the same flops at the library's large-shape rate
+        body = max(max(compute, memory) - saved, flops / dev.gemm_flops)
+        moved = unique
+    else:
+        rate, products = precision_rate(dev, precision, 1, n * d, s, k)
+        more, passes, extra = split_extras(item, 1, n * d, s, k, products)
+        compute = flops * products / rate
+        moved = unique + more
+        memory = moved / dev.bandwidth
+        body = max(compute, memory)
+        copy_bytes += passes
+        launches += extra + n            # the split's kernels, one copy per member's weight
+    t = body + copy_bytes / dev.bandwidth + launches * library_launch_s(dev)
     return GroupCost(ops=tuple(members), anchor=members[0], impl=IMPL_LIBRARY, tiles=(),
                      predicted_s=t, flops=flops, recomputed_flops=0.0, transcendentals=0.0,
-                     bytes=unique + copy_bytes, unique_bytes=unique, launches=1,
+                     bytes=moved + copy_bytes, unique_bytes=unique, launches=launches,
                      bound="compute" if compute >= memory else "memory", fused=())
 
 

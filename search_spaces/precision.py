@@ -28,6 +28,7 @@ NEEDS_RTOL = {"fp32": 0.0, "3xtf32": 0.0, "tf32": TF32_RTOL}
 # a precision's share of the tensor-core (tf32) rate: the split makes three products
 TF32_PRODUCTS = {"3xtf32": 3, "tf32": 1}
 TENSOR_PRECISIONS = tuple(TF32_PRODUCTS)      # what tensor cores run (a GPU kernel's choices)
+ACCURACY = ("tf32", "3xtf32", "fp32", "fp64")  # least to most accurate
 
 
 def default_precision(w: Workload) -> str:
@@ -44,6 +45,14 @@ def precision_options(w: Workload, offered: tuple[str, ...]) -> list[str]:
     if w.dtype != "float32" or not offered:
         return [first]
     return [first] + [p for p in offered if p != first and w.rtol >= NEEDS_RTOL[p]]
+
+
+def stack_precision(w: Workload, precisions) -> str:
+    """The arithmetic of one GEMM that computes several contractions (a stack of siblings,
+    search_spaces.siblings): the most accurate of theirs (each "" meaning the default), so no
+    member runs less accurately than its own schedule says."""
+    own = [p or default_precision(w) for p in precisions] or [default_precision(w)]
+    return max(own, key=ACCURACY.index)
 
 
 def round_tf32(x: np.ndarray) -> np.ndarray:

@@ -59,7 +59,9 @@ from .workload import Workload
 #    Candidate.inlined, search_spaces.inline).
 # 12: the CUDA backend's tensor-core ``kernel`` impl (KernelBounds.gpu), its arithmetic asked as
 #    kernel:CONTRACTION:precision among the tensor-core precisions the tolerance admits.
-SPACE_VERSION = "12"
+# 13: stacked siblings on the CUDA backend too (its spaces ask stack:ANCHOR), a stack running in
+#    its members' most accurate precision (search_spaces.precision.stack_precision).
+SPACE_VERSION = "13"
 UNSPLIT = "none"          # the order:STMT answer that leaves the statement as written
 Choose = Callable[[str, Sequence], object]
 

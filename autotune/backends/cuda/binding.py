@@ -22,7 +22,8 @@ class CudaBoundPlan:   # an autotune.backends.bound.BoundPlan
         self.plan = plan
         self.params = {n: rt.xp.ascontiguousarray(rt.to_device(a), dtype=plan.dtype)
                        for n, a in params.items()}
-        self.skip = frozenset(constant_groups(w, plan.groups, set(self.params)))
+        self.skip = frozenset(constant_groups(w, plan.groups, set(self.params),
+                                              plan.unfoldable()))
         self.storage: dict[str, Any] = {}
         self.logical: dict[str, Any] = {}
         folded = {m for g in plan.groups if g.anchor in self.skip for m in g.members}
@@ -31,12 +32,16 @@ class CudaBoundPlan:   # an autotune.backends.bound.BoundPlan
             self.storage[t], self.logical[t] = in_layout(
                 shape, plan.cand.layout(t, len(shape)),
                 lambda s: rt.xp.empty(s, dtype=plan.dtype))
+        env = {**plan.logical, **self.params, **self.logical}
         if self.skip:
-            env = {**plan.logical, **self.params, **self.logical}
             storage = {**plan.storage, **self.params, **self.storage}
             for g in plan.groups:
                 if g.anchor in self.skip:
                     plan.run_group(g, env, storage)
+        # a stack whose differing operands (weights) are all bound gets them side by side once
+        self.stack_x = {a: st.side_by_side(env, st.side_by_side_empty())
+                        for a, st in plan.stacks.items()
+                        if {o.tensor for o in st.others} <= set(self.params)}
 
     def run_device(self, inputs: Mapping[str, Any]) -> dict:
         """The plan's device outputs for ``inputs`` (every input by name), not synchronized."""
@@ -53,4 +58,4 @@ class CudaBoundPlan:   # an autotune.backends.bound.BoundPlan
         return self.run({**activations, **self.params})
 
     def close(self) -> None:
-        self.storage, self.logical = {}, {}
+        self.storage, self.logical, self.stack_x = {}, {}, {}

@@ -69,7 +69,8 @@ def _best(rt, fn, repeats: int) -> float:
 def measure(rt, preset: DeviceSpec, gemm_n: int = 8192, copy_mb: float = 1024.0,
             repeats: int = 5, cache_dir: Path | None = None) -> dict:
     """The measured terms on runtime ``rt`` (CuPy, or the host emulator in the tests)."""
-    from autotune.backends.cuda.executor import CudaPlan, run_gemm
+    from autotune.backends.cuda.executor import CudaPlan
+    from autotune.backends.cuda.gemm import run_gemm
     xp = rt.xp
     n_copy = max(1, int(copy_mb * 2**20) // 4)
     src, dst = xp.ones(n_copy, np.float32), xp.empty(n_copy, np.float32)

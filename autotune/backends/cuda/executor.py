@@ -26,6 +26,8 @@ check the backend's results against the reference without a GPU.
 """
 from __future__ import annotations
 
+import itertools
+import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,8 +46,9 @@ from autotune.backends.base import Arrays, Cutoff, group_medians, timed_runs
 from autotune.backends.buffers import in_layout
 from autotune.backends.cuda.binding import CudaBoundPlan
 from autotune.backends.cuda.codegen import check_limits, generate_cuda
-from autotune.backends.cuda.gemm import GemmCall, Mat, mat3, plan_gemm
+from autotune.backends.cuda.gemm import GemmCall, Mat, mat3, plan_gemm, run_gemm
 from autotune.backends.cuda.runtime import CupyRuntime
+from autotune.backends.cuda.stacked import CudaStackedGemm
 
 precision_of = default_precision     # the plan-wide default (bench scripts, `explain`)
 
@@ -67,20 +70,6 @@ class _GemmPlan:
     precision: str
 
 
-def run_gemm(rt, call: GemmCall, x, y, c, alpha: float, precision: str) -> None:
-    """``c = alpha op(x) op(y)`` on runtime ``rt`` in ``precision``: one cuBLAS call, or for
-    "3xtf32" both operands split into TF32 high and low parts and three TF32 products summed
-    into ``c``."""
-    if precision == "3xtf32":
-        (xh, xl), (yh, yl) = rt.split_tf32(x), rt.split_tf32(y)
-        # the small products first: their sum is rounded once more, the large one's not
-        rt.gemm(call, xl, yh, c, alpha, "tf32")
-        rt.gemm(call, xh, yl, c, alpha, "tf32", beta=1.0)
-        rt.gemm(call, xh, yh, c, alpha, "tf32", beta=1.0)
-    else:
-        rt.gemm(call, x, y, c, alpha, precision)
-
-
 # ---- the plan ------------------------------------------------------------------------------------
 class CudaPlan:
     """An executable candidate on the GPU (a :class:`autotune.backends.base.Plan`):
@@ -95,11 +84,10 @@ class CudaPlan:
                  block: int = 256):
         unsupported = sorted({s.impl for s in cand.schedules}
                              - {IMPL_LOOP, IMPL_LIBRARY, IMPL_KERNEL})
-        if unsupported or cand.stacks:
-            what = f"impl {', '.join(map(repr, unsupported))}" if unsupported else \
-                "stacked sibling GEMMs"
+        if unsupported:
             raise ValueError(f"plan {cand.name or cand.key[:12]}: the CUDA backend does not run "
-                             f"{what} (a plan from a CPU search?): search with --device cuda")
+                             f"impl {', '.join(map(repr, unsupported))} (a plan from another "
+                             f"backend's search?): search with --device cuda")
         w = rewritten(w, cand)          # the candidate's contraction orders applied
         self.w, self.cand = w, cand
         self.rt = runtime if runtime is not None else CupyRuntime()
@@ -116,10 +104,21 @@ class CudaPlan:
         xp = self.rt.xp
         self.storage: dict[str, object] = {}
         self.logical: dict[str, object] = {}
+        # a stack's members lie one after the other in one buffer: its GEMM's result matrix
+        place = {}
+        for members in cand.stacks:
+            sizes = [math.prod(w.shapes[m]) for m in members]
+            block = xp.empty(sum(sizes), dtype=self.dtype)
+            for m, lo, n in zip(members, itertools.accumulate([0] + sizes), sizes):
+                place[m] = (block, lo, n)
         for t in sorted(mats | set(w.outputs)):
             shape = w.shapes[t]
-            self.storage[t], self.logical[t] = in_layout(
-                shape, cand.layout(t, len(shape)), lambda s: xp.empty(s, dtype=self.dtype))
+            alloc = (lambda s: xp.empty(s, dtype=self.dtype)) if t not in place else \
+                (lambda s, b=place[t]: b[0][b[1]:b[1] + b[2]].reshape(s))
+            self.storage[t], self.logical[t] = in_layout(shape, cand.layout(t, len(shape)),
+                                                         alloc)
+        self.stacks = {s[0]: CudaStackedGemm(w, cand, s, place[s[0]][0], self.rt)
+                       for s in cand.stacks}
         self._gemm_plans: dict[str, _GemmPlan] = {}
         self._profile: dict[str, float] = {}
 
@@ -163,17 +162,28 @@ class CudaPlan:
             skip = bound.skip
         for g in self.groups:
             if g.anchor not in skip:
-                self.run_group(g, env, storage)
+                self.run_group(g, env, storage, bound)
                 if lap is not None:
                     lap()
         return {o: self.logical[o] for o in self.w.outputs}
 
-    def run_group(self, g: Group, env: dict, storage: dict) -> None:
-        if self.cand.schedule(g.anchor).impl == IMPL_LIBRARY:
+    def run_group(self, g: Group, env: dict, storage: dict,
+                  bound: CudaBoundPlan | None = None) -> None:
+        """One group on the device; ``bound``: the binding whose prepared stack operands it
+        uses."""
+        stack = self.cand.stack(g.anchor)
+        if stack:
+            if stack[0] == g.anchor:     # the first member runs the stack, the others nothing
+                self.stacks[g.anchor].run(env, bound.stack_x.get(g.anchor) if bound else None)
+        elif self.cand.schedule(g.anchor).impl == IMPL_LIBRARY:
             self._gemm(g.anchor, env)
         else:
             k = self.kernels[g.anchor]
             self.rt.launch(self.fns[k.name], k, [storage[t] for t in k.args])
+
+    def unfoldable(self) -> set[str]:
+        """Groups a binding never runs ahead: a stack's members run as one GEMM."""
+        return {m for s in self.cand.stacks for m in s}
 
     def bind(self, params) -> CudaBoundPlan:
         """This plan with ``params`` bound (autotune.backends.bound)."""
@@ -221,7 +231,7 @@ class CudaPlan:
     def release(self) -> None:
         """Drop the device buffers (back to CuPy's memory pool); the plan is unusable
         afterwards."""
-        self.storage, self.logical, self._gemm_plans = {}, {}, {}
+        self.storage, self.logical, self._gemm_plans, self.stacks = {}, {}, {}, {}
 
     def median_time(self, inputs: dict, warmup: int = 1, repeats: int = 3) -> float:
         return statistics.median(self.timed_call(inputs, warmup, repeats)[1])

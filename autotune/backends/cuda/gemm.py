@@ -96,6 +96,20 @@ def plan_gemm(a: Mat, b: Mat, c: Mat, batch: int) -> GemmCall | str:
     return "C"
 
 
+def run_gemm(rt, call: GemmCall, x, y, c, alpha: float, precision: str) -> None:
+    """``c = alpha op(x) op(y)`` on runtime ``rt`` in ``precision``: one cuBLAS call, or for
+    "3xtf32" both operands split into TF32 high and low parts and three TF32 products summed
+    into ``c``."""
+    if precision == "3xtf32":
+        (xh, xl), (yh, yl) = rt.split_tf32(x), rt.split_tf32(y)
+        # the small products first: their sum is rounded once more, the large one's not
+        rt.gemm(call, xl, yh, c, alpha, "tf32")
+        rt.gemm(call, xh, yl, c, alpha, "tf32", beta=1.0)
+        rt.gemm(call, xh, yh, c, alpha, "tf32", beta=1.0)
+    else:
+        rt.gemm(call, x, y, c, alpha, precision)
+
+
 def gemm_views(xp, call: GemmCall, x, y, c):
     """``(op(X), op(Y), C)`` of ``call`` as (batch, rows, cols) strided views of the flat
     buffers ``x``, ``y``, ``c`` (NumPy or CuPy, chosen by ``xp``): column-major, as cuBLAS

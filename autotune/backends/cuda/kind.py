@@ -37,9 +37,10 @@ class CudaBackendKind:
     name: str = "cuda"
     # library contractions in float32 (SIMT), float32-accurate split TF32 on tensor cores, or
     # plain TF32 where the tolerance admits it (search_spaces.precision); the generated
-    # tensor-core contraction kernel with its fusions (autotune.backends.cuda.mma_kernel)
+    # tensor-core contraction kernel with its fusions (autotune.backends.cuda.mma_kernel);
+    # sibling contractions stacked into one cuBLAS GEMM (autotune.backends.cuda.stacked)
     tile_bounds: TileBounds = TileBounds(1, 1024, kernel=KernelBounds(gpu=True),
-                                         precisions=("fp32", "3xtf32", "tf32"))
+                                         precisions=("fp32", "3xtf32", "tf32"), stacks=True)
     units: str = "SMs"
     # plans run for milliseconds; NVRTC compiles in about a second
     min_timeout_s: float = 5.0

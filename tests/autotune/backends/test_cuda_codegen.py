@@ -268,24 +268,25 @@ def test_emulated_boundary_tiles_and_layouts(emulator, kernel_cache):
     assert not why, why
 
 
-def test_a_cpu_plans_stacks_are_refused_and_its_kernel_runs_on_tensor_cores(emulator,
-                                                                           kernel_cache):
-    # a CPU search's plan given to the CUDA backend: stacked siblings (the CPU executor's) are
-    # one clear error before anything is built; a contraction on the CPU's generated kernel
-    # runs as the GPU's tensor-core kernel, its blocks fitted to the GPU's ranges
+def test_a_cpu_plans_stacks_and_kernels_run_on_the_gpu(emulator, kernel_cache):
+    # a CPU search's plan given to the CUDA backend: its stacked siblings run as one cuBLAS
+    # GEMM; a contraction on the CPU's generated kernel runs as the GPU's tensor-core kernel,
+    # its blocks fitted to the GPU's ranges
     w = small("trimul_outgoing")
     cpu_bounds = replace(BOUNDS, kernel=KernelBounds(), stacks=True)
     space = SearchSpace(w, cpu_bounds)
+    inputs = w.random_inputs(seed=3)
     stacked = space.build(lambda n, opts: 1 if n.startswith("stack:") else
                           "library" if n.startswith("impl:") else opts[0])
     assert stacked.stacks
-    with pytest.raises(ValueError, match="does not run stacked sibling GEMMs.*--device cuda"):
-        CudaPlan(w, stacked, kernel_cache, runtime=emulator)
+    plan = CudaPlan(w, stacked, kernel_cache, runtime=emulator)
+    assert list(plan.stacks) == [stacked.stacks[0][0]]
+    _, why = verify(plan(**inputs), reference(w, inputs), w.rtol)
+    assert not why, why
     cpu = space.build(lambda n, opts: "kernel" if n.startswith("impl:") and "kernel" in opts
                       else 0 if n.startswith("stack:") else opts[0])
     kern = [s for s in cpu.schedules if s.impl == "kernel"]
     assert kern and all(s.kernel.vec_bytes != GPU_VEC_BYTES for s in kern)
-    inputs = w.random_inputs(seed=3)
     plan = CudaPlan(w, cpu, kernel_cache, runtime=emulator)
     blocks = [k.block for k in plan.kernels.values() if k.whole_warps]
     assert blocks and all(b % 32 == 0 and b <= 512 for b in blocks)
