@@ -169,8 +169,9 @@ class WorkloadOp:
         if self.fn.kind != "cuda":
             return run()
         import cupy
-        # The plan launches on CuPy's stream and its cuBLAS handle's, not torch's: torch's
-        # stream is drained first and CuPy's after, so neither side reads unfinished memory.
+        # The plan launches on CuPy's current stream (its cuBLAS calls too), not torch's:
+        # torch's stream is drained first and CuPy's after, so neither side reads unfinished
+        # memory.
         torch.cuda.current_stream(tensors[0].device).synchronize()
         with cupy.cuda.Device(tensors[0].device.index):
             outs = run()

@@ -3,6 +3,7 @@ device from binding on, and the groups that read nothing else run once, at bindi
 arrays of the binding's own; bound calls skip them."""
 from __future__ import annotations
 
+import itertools
 from typing import Any, Mapping
 
 import numpy as np
@@ -13,6 +14,9 @@ from autotune.backends.bound import check_activations, check_binding
 from autotune.backends.buffers import in_layout
 
 
+_TOKENS = itertools.count(1)     # a binding's part of its graphs' keys (0: unbound runs)
+
+
 class CudaBoundPlan:   # an autotune.backends.bound.BoundPlan
     """``plan`` (a :class:`autotune.backends.cuda.executor.CudaPlan`) with ``params`` bound."""
 
@@ -20,6 +24,7 @@ class CudaBoundPlan:   # an autotune.backends.bound.BoundPlan
         w, rt = plan.w, plan.rt
         check_binding(w, {n: tuple(a.shape) for n, a in params.items()})
         self.plan = plan
+        self.token = next(_TOKENS)
         self.params = {n: rt.xp.ascontiguousarray(rt.to_device(a), dtype=plan.dtype)
                        for n, a in params.items()}
         self.skip = frozenset(constant_groups(w, plan.groups, set(self.params),
@@ -58,4 +63,5 @@ class CudaBoundPlan:   # an autotune.backends.bound.BoundPlan
         return self.run({**activations, **self.params})
 
     def close(self) -> None:
+        self.plan.graphs.forget(self.token)
         self.storage, self.logical, self.stack_x = {}, {}, {}

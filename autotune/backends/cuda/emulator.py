@@ -121,6 +121,25 @@ static void at_run(long grid, int nt, void (*body)(void**), void** args) {
 EMU_SMEM_BYTES = 1 << 24
 
 
+class CaptureError(RuntimeError):
+    """Host work (an allocation) while a graph is being captured."""
+
+
+class _NoAllocation:
+    """NumPy as a capture sees it: every function that makes a fresh array raises."""
+    ALLOCATING = frozenset({"empty", "empty_like", "zeros", "zeros_like", "ones", "full",
+                            "array", "asarray", "ascontiguousarray", "concatenate", "stack",
+                            "copy"})
+
+    def __init__(self, xp):
+        self._xp = xp
+
+    def __getattr__(self, name):
+        if name in self.ALLOCATING:
+            raise CaptureError(f"xp.{name} allocates during a capture")
+        return getattr(self._xp, name)
+
+
 class HostEmulator:
     """Runs the CUDA backend on the CPU for tests: the generated source compiled as C++ (g++),
     ``threads`` threads per block with a barrier (one warp: a power of two, its shuffles through
@@ -139,6 +158,8 @@ class HostEmulator:
         self.gemm_calls: list[GemmCall] = []
         self.precisions: list[str] = []     # each gemm call's arithmetic
         self.splits = 0                     # operands split into TF32 parts
+        self.replays = 0                    # graphs replayed
+        self._recording: list | None = None  # a capture's operations while it is open
         self._dlls: list = []
 
     def compile(self, source: str, kernels: list[CudaKernel], cache_dir: Path) -> dict:
@@ -180,6 +201,14 @@ class HostEmulator:
     def attributes(self, fn) -> dict:
         return {}
 
+    def _device(self, op) -> None:
+        """Device work: run now, or recorded while a capture is open (as a stream capture
+        records it: nothing runs until the graph is replayed)."""
+        if self._recording is None:
+            op()
+        else:
+            self._recording.append(op)
+
     def launch(self, fn, k: CudaKernel, args: list) -> None:
         assert k.smem_bytes <= EMU_SMEM_BYTES
         for a in args:
@@ -187,21 +216,64 @@ class HostEmulator:
         ptrs = (ctypes.c_void_p * len(args))(*[a.ctypes.data for a in args])
         # a tensor-core kernel's warp exchanges fragments lane by lane: it gets a whole warp
         # (it reads no AT_WARP, so the loop kernels' emulated warp width does not matter to it)
-        fn(ptrs, k.grid, 32 if k.whole_warps else min(self.threads, k.block))
+        threads = 32 if k.whole_warps else min(self.threads, k.block)
+        self._device(lambda: fn(ptrs, k.grid, threads))
 
-    def split_tf32(self, x):
+    def split_tf32(self, x, out=None):
         flat = np.lib.stride_tricks.as_strided(x, shape=(x.size,), strides=(x.itemsize,))
         self.splits += 1
-        return split_tf32(flat)
+        if out is None:
+            if self._recording is not None:
+                raise CaptureError("split_tf32 without buffers allocates during a capture")
+            return split_tf32(flat)
+        hi, lo = out[0][:x.size], out[1][:x.size]
+
+        def op():
+            h, lo_ = split_tf32(flat)
+            hi[...], lo[...] = h, lo_
+        self._device(op)
+        return hi, lo
 
     def gemm(self, call: GemmCall, x, y, c, alpha: float, precision: str,
              beta: float = 0.0) -> None:
         self.gemm_calls.append(call)
         self.precisions.append(precision)
-        emulate_gemm(call, x, y, c, alpha, beta, tf32=precision == "tf32")
+        self._device(lambda: emulate_gemm(call, x, y, c, alpha, beta,
+                                          tf32=precision == "tf32"))
+
+    def copy(self, dst, src, scale: float | None = None) -> None:
+        if scale is None:
+            self._device(lambda: np.copyto(dst, src))
+        else:
+            self._device(lambda: np.multiply(src, dst.dtype.type(scale), out=dst))
+
+    def address(self, a) -> int:
+        return int(a.ctypes.data)
+
+    def capture(self, fn) -> list:
+        """What ``fn()`` issues, recorded and not run (the graph: a list of operations).
+        While it records, ``xp`` allocates nothing (:class:`CaptureError`): a graph replays
+        device work only, so a run that needs a fresh array cannot be one."""
+        if self._recording is not None:
+            raise CaptureError("a capture is already open")
+        self._recording, xp = [], self.xp
+        self.xp = _NoAllocation(np)
+        try:
+            fn()
+            return self._recording
+        finally:
+            self._recording, self.xp = None, xp
+
+    def replay(self, graph: list) -> None:
+        self.replays += 1
+        for op in graph:
+            op()
 
     def to_device(self, a):
         return a
+
+    def put(self, dst, host: np.ndarray) -> None:
+        np.copyto(dst, host)
 
     def to_host(self, a) -> np.ndarray:
         return np.array(a)

@@ -9,13 +9,15 @@ device work alone with CUDA events (inputs uploaded once, warm-up, median of rep
 
 Materialized intermediates and the outputs live in device buffers allocated once per plan,
 each stored in the candidate's layout (``storage = logical.transpose(perm)``).  A library group
-is one ``cublasGemmStridedBatchedEx`` call on strided views of those buffers (no copies when
-the layouts allow a matrix view; otherwise the operand is copied to a contiguous one first),
-planned once per plan (argument lists, copies, scratch buffers) and replayed on every call.
-Its arithmetic is the group's ``precision`` (search_spaces.precision), by default the
-workload's (the plan's ``precision`` attribute: "fp32", "tf32" or "fp64"): "3xtf32" splits both
-operands into TF32 high and low parts (a small kernel) and sums three TF32 tensor-core products,
-the small ones first, into the float32 result.
+is one cuBLAS GEMM (:mod:`autotune.backends.cuda.library`), a stack of siblings one GEMM whose
+result is its members' storage (:mod:`autotune.backends.cuda.stacked`); in the group's
+``precision`` (search_spaces.precision), by default the workload's (the plan's ``precision``
+attribute: "fp32", "tf32" or "fp64"): "3xtf32" splits both operands into TF32 high and low
+parts (a small kernel) and sums three TF32 tensor-core products, the small ones first, into
+the float32 result.  A run allocates nothing after the first: every copy and split buffer is
+kept, host inputs go to kept device buffers, and from the second run with inputs at the same
+addresses the whole plan is one CUDA graph (:mod:`autotune.backends.cuda.graphs`;
+``graphs=False``: every run eager).
 
 The device is a runtime: :class:`autotune.backends.cuda.runtime.CupyRuntime` (CuPy, imported
 lazily) or :class:`autotune.backends.cuda.emulator.HostEmulator`, which runs the same generated
@@ -29,14 +31,12 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from search_spaces.candidate import IMPL_KERNEL, IMPL_LIBRARY, IMPL_LOOP, Candidate
-from search_spaces.gemm import gemm_form, group_size
 from search_spaces.partition import Group, groups, materialized
 from search_spaces.precision import default_precision
 from search_spaces.rewrite import rewritten
@@ -46,28 +46,12 @@ from autotune.backends.base import Arrays, Cutoff, group_medians, timed_runs
 from autotune.backends.buffers import in_layout
 from autotune.backends.cuda.binding import CudaBoundPlan
 from autotune.backends.cuda.codegen import check_limits, generate_cuda
-from autotune.backends.cuda.gemm import GemmCall, Mat, mat3, plan_gemm, run_gemm
+from autotune.backends.cuda.graphs import PlanGraphs
+from autotune.backends.cuda.library import LibraryGemm
 from autotune.backends.cuda.runtime import CupyRuntime
 from autotune.backends.cuda.stacked import CudaStackedGemm
 
 precision_of = default_precision     # the plan-wide default (bench scripts, `explain`)
-
-
-@dataclass(frozen=True)
-class _GemmPlan:
-    """One library group's call, planned once: the cuBLAS argument list, its operands and
-    scale, which operands are first copied to contiguous stacks (the transpose that lines them
-    up, the stack's sizes), the scratch result for an output layout cuBLAS cannot write (and
-    the output's transpose it is copied back through) and the arithmetic."""
-    call: GemmCall
-    a: str
-    b: str
-    scale: float
-    copy_a: tuple[tuple[int, ...], tuple[int, int, int]] | None
-    copy_b: tuple[tuple[int, ...], tuple[int, int, int]] | None
-    tmp_out: object | None
-    out_order: tuple[int, ...]
-    precision: str
 
 
 # ---- the plan ------------------------------------------------------------------------------------
@@ -81,7 +65,7 @@ class CudaPlan:
     """
 
     def __init__(self, w: Workload, cand: Candidate, cache_dir: Path, runtime=None,
-                 block: int = 256):
+                 block: int = 256, graphs: bool = True):
         unsupported = sorted({s.impl for s in cand.schedules}
                              - {IMPL_LOOP, IMPL_LIBRARY, IMPL_KERNEL})
         if unsupported:
@@ -119,7 +103,18 @@ class CudaPlan:
                                                          alloc)
         self.stacks = {s[0]: CudaStackedGemm(w, cand, s, place[s[0]][0], self.rt)
                        for s in cand.stacks}
-        self._gemm_plans: dict[str, _GemmPlan] = {}
+        self.library = {s.anchor: LibraryGemm(w, s.anchor, self.rt, s.precision or
+                                              self.precision, self.dtype)
+                        for s in cand.schedules
+                        if s.impl == IMPL_LIBRARY and not cand.stack(s.anchor)}
+        # the split's TF32 parts: one set of buffers for every 3xTF32 GEMM (they run one
+        # after another on the stream), sized once so a captured graph's addresses hold
+        split = [n for g in [*self.library.values(), *self.stacks.values()]
+                 if g.precision == "3xtf32" for n in g.operand_sizes()]
+        self._split = tuple(xp.empty(max(split), dtype=self.dtype) for _ in range(4)) \
+            if split else None
+        self._host_inputs: dict[str, object] = {}    # device copies of host inputs, kept
+        self.graphs = PlanGraphs(self.rt, graphs)
         self._profile: dict[str, float] = {}
 
     # ---- running ---------------------------------------------------------------------------
@@ -131,12 +126,19 @@ class CudaPlan:
             if n not in inputs:
                 raise ValueError(f"missing input {n!r}")
             a = inputs[n]
-            if isinstance(a, np.ndarray) or not isinstance(a, rt.ndarray):
+            host = not isinstance(a, rt.ndarray)
+            if host:
                 a = np.ascontiguousarray(a, dtype=self.dtype)
-            a = rt.to_device(a)
             if tuple(a.shape) != tuple(shp):
                 raise ValueError(f"input {n!r} has shape {tuple(a.shape)}, expected {shp}")
-            if a.dtype != self.dtype or not a.flags.c_contiguous:
+            if host:
+                # into a device buffer the plan keeps: the same address on every call, so
+                # calls with host inputs replay one graph
+                if n not in self._host_inputs:
+                    self._host_inputs[n] = rt.xp.empty(shp, dtype=self.dtype)
+                rt.put(self._host_inputs[n], a)
+                a = self._host_inputs[n]
+            elif a.dtype != self.dtype or not a.flags.c_contiguous:
                 a = rt.xp.ascontiguousarray(a, dtype=self.dtype)
             out[n] = a
         return out
@@ -153,18 +155,27 @@ class CudaPlan:
         that ran (a timer's mark on the stream)."""
         storage = dict(self.storage)
         env = dict(self.logical)
-        for n, a in self.upload(inputs).items():
+        dev = self.upload(inputs)
+        for n, a in dev.items():
             env[n] = storage[n] = a
         skip = ()
         if bound is not None:
             env.update(bound.logical)
             storage.update(bound.storage)
             skip = bound.skip
-        for g in self.groups:
-            if g.anchor not in skip:
-                self.run_group(g, env, storage, bound)
-                if lap is not None:
-                    lap()
+
+        def issue() -> None:
+            for g in self.groups:
+                if g.anchor not in skip:
+                    self.run_group(g, env, storage, bound)
+                    if lap is not None:
+                        lap()
+        # one graph for the whole run where it was seen before (a timer's laps need the
+        # groups one by one)
+        key = (tuple(self.rt.address(a) for a in dev.values()),
+               bound.token if bound is not None else 0)
+        if lap is not None or not self.graphs.run(key, issue):
+            issue()
         return {o: self.logical[o] for o in self.w.outputs}
 
     def run_group(self, g: Group, env: dict, storage: dict,
@@ -174,9 +185,10 @@ class CudaPlan:
         stack = self.cand.stack(g.anchor)
         if stack:
             if stack[0] == g.anchor:     # the first member runs the stack, the others nothing
-                self.stacks[g.anchor].run(env, bound.stack_x.get(g.anchor) if bound else None)
-        elif self.cand.schedule(g.anchor).impl == IMPL_LIBRARY:
-            self._gemm(g.anchor, env)
+                self.stacks[g.anchor].run(env, bound.stack_x.get(g.anchor) if bound else None,
+                                          self._split)
+        elif g.anchor in self.library:
+            self.library[g.anchor].run(env, self._split)
         else:
             k = self.kernels[g.anchor]
             self.rt.launch(self.fns[k.name], k, [storage[t] for t in k.args])
@@ -210,90 +222,34 @@ class CudaPlan:
         the CPU plan's do (:func:`autotune.backends.base.timed_runs`): a first timed run past
         the search's give-up factor times its best is the only one."""
         dev = self.upload(inputs)
+        if self.graphs.enabled:
+            self.run_device(**dev)      # eager: loads the kernels, plans and allocates
+        # checked: with graphs, the run that captures and replays the graph the runs time
         outs = {o: self.rt.to_host(a) for o, a in self.run_device(**dev).items()}
         if check is not None and not check(outs):
             return outs, []
         for _ in range(warmup):
             self.run_device(**dev)
 
-        runs: list[tuple[float, list[float]]] = []
-
         def run() -> float:
             with self.rt.timer() as t:
-                self.run_with(dev, None, t.lap)
-            runs.append((t.seconds, t.laps))
+                self.run_device(**dev)
             return t.seconds
         times = timed_runs(run, run, 0, repeats, cutoff)
+        if times:        # the groups one by one, between events, in one more run
+            with self.rt.timer() as t:
+                self.run_with(dev, None, t.lap)
+            self._profile = group_medians([g.anchor for g in self.groups],
+                                          [(t.seconds, t.laps)], [t.seconds])
         self.rt.synchronize()
-        self._profile = group_medians([g.anchor for g in self.groups], runs, times)
         return outs, times
 
     def release(self) -> None:
         """Drop the device buffers (back to CuPy's memory pool); the plan is unusable
         afterwards."""
-        self.storage, self.logical, self._gemm_plans, self.stacks = {}, {}, {}, {}
+        self.storage, self.logical, self.library, self.stacks = {}, {}, {}, {}
+        self._split, self._host_inputs = None, {}
+        self.graphs.clear()
 
     def median_time(self, inputs: dict, warmup: int = 1, repeats: int = 3) -> float:
         return statistics.median(self.timed_call(inputs, warmup, repeats)[1])
-
-    # ---- library GEMMs ---------------------------------------------------------------------
-    def _plan_gemm(self, name: str, env) -> _GemmPlan:
-        """The group's call from its operands' shapes and strides (the same on every run: the
-        plan's buffers and its inputs' layouts do not change)."""
-        op = self.w.op(name)
-        f = gemm_form(op)
-        ga, gb, go = (f.batch, f.m, f.k), (f.batch, f.k, f.n), (f.batch, f.m, f.n)
-        batch = group_size(op, f.batch)
-
-        def desc(arr, idx, grp):
-            got = mat3(arr, idx, grp)
-            return got[0] if got else None
-
-        def packed(idx, grp):
-            sizes = tuple(group_size(op, g) for g in grp)
-            order = tuple(idx.index(i) for g in grp for i in g)
-            return (order, sizes), Mat(sizes[1], sizes[2], sizes[2], 1,
-                                       sizes[1] * sizes[2] if batch > 1 else 0)
-        A, B, O = env[f.a.tensor], env[f.b.tensor], env[name]
-        da, db, dc = desc(A, f.a.idx, ga), desc(B, f.b.idx, gb), desc(O, op.parallel, go)
-        copy_a = copy_b = out = None
-        for _ in range(4):
-            call = plan_gemm(da, db, dc, batch) if None not in (da, db, dc) else \
-                ("A" if da is None else "B" if db is None else "C")
-            if isinstance(call, GemmCall):
-                break
-            if call == "A":
-                copy_a, da = packed(f.a.idx, ga)
-            elif call == "B":
-                copy_b, db = packed(f.b.idx, gb)
-            else:
-                out, dc = packed(op.parallel, go)
-        else:
-            raise RuntimeError(f"no cuBLAS argument list for {name}")
-        tmp_out = None if out is None else self.rt.xp.empty(out[1], dtype=self.dtype)
-        return _GemmPlan(call, f.a.tensor, f.b.tensor, f.scale, copy_a, copy_b, tmp_out,
-                         out[0] if out else (), self.cand.schedule(name).precision or
-                         self.precision)
-
-    def _gemm(self, name: str, env) -> None:
-        plan = self._gemm_plans.get(name)
-        if plan is None:
-            plan = self._gemm_plans[name] = self._plan_gemm(name, env)
-        rt = self.rt
-
-        def operand(arr, copy):
-            if copy is None:
-                return arr
-            order, sizes = copy
-            return rt.xp.ascontiguousarray(arr.transpose(order)).reshape(sizes)
-        bufs = {"A": operand(env[plan.a], plan.copy_a), "B": operand(env[plan.b], plan.copy_b)}
-        O = env[name]
-        c_buf = O if plan.tmp_out is None else plan.tmp_out
-        call = plan.call
-        # every array here starts at its buffer's first element (transposes of storage, or
-        # fresh contiguous copies): its data pointer is the buffer's
-        run_gemm(rt, call, bufs[call.first], bufs[call.second], c_buf, plan.scale,
-                 plan.precision)
-        if plan.tmp_out is not None:
-            t = O.transpose(plan.out_order)
-            t[...] = plan.tmp_out.reshape(t.shape)

@@ -96,12 +96,15 @@ def plan_gemm(a: Mat, b: Mat, c: Mat, batch: int) -> GemmCall | str:
     return "C"
 
 
-def run_gemm(rt, call: GemmCall, x, y, c, alpha: float, precision: str) -> None:
+def run_gemm(rt, call: GemmCall, x, y, c, alpha: float, precision: str,
+             scratch: tuple | None = None) -> None:
     """``c = alpha op(x) op(y)`` on runtime ``rt`` in ``precision``: one cuBLAS call, or for
     "3xtf32" both operands split into TF32 high and low parts and three TF32 products summed
-    into ``c``."""
+    into ``c``.  ``scratch``: four flat buffers the parts go to (x's high and low, y's), each
+    at least as large as the operand it holds; fresh ones where None."""
     if precision == "3xtf32":
-        (xh, xl), (yh, yl) = rt.split_tf32(x), rt.split_tf32(y)
+        xs, ys = (scratch[:2], scratch[2:]) if scratch is not None else (None, None)
+        (xh, xl), (yh, yl) = rt.split_tf32(x, xs), rt.split_tf32(y, ys)
         # the small products first: their sum is rounded once more, the large one's not
         rt.gemm(call, xl, yh, c, alpha, "tf32")
         rt.gemm(call, xh, yl, c, alpha, "tf32", beta=1.0)

@@ -65,6 +65,7 @@ class CupyRuntime:
         self.device_name = f"sm_{self.cc}"
         self.ndarray = cupy.ndarray
         self._split = None
+        self._stream = None            # the stream graphs are captured on
 
     def compile(self, source: str, kernels: list[CudaKernel], cache_dir: Path) -> dict:
         mod = self.cupy.RawModule(code=source, options=NVRTC_OPTIONS)
@@ -88,19 +89,54 @@ class CupyRuntime:
     def launch(self, fn, k: CudaKernel, args: list) -> None:
         fn((k.grid,), (k.block,), tuple(args), shared_mem=k.smem_bytes)
 
-    def split_tf32(self, x):
-        """(high, low) TF32 parts of the float32 buffer under ``x`` (flat, fresh arrays)."""
+    def split_tf32(self, x, out=None):
+        """(high, low) TF32 parts of the float32 buffer under ``x``: flat arrays, ``out``'s
+        (two flat float32 arrays of at least ``x.size``; what a plan keeps, so that a run
+        allocates nothing) or fresh ones."""
         cp = self.cupy
         if self._split is None:
             self._split = cp.RawModule(code=SPLIT_TF32_SOURCE,
                                        options=NVRTC_OPTIONS).get_function("split_tf32")
         n = x.size
         flat = cp.ndarray((n,), dtype=cp.float32, memptr=x.data)
-        hi, lo = cp.empty(n, cp.float32), cp.empty(n, cp.float32)
+        hi, lo = (cp.empty(n, cp.float32), cp.empty(n, cp.float32)) if out is None else \
+            (out[0][:n], out[1][:n])
         threads = 256
         blocks = max(1, min(-(-n // threads), 65535))
         self._split((blocks,), (threads,), (flat, hi, lo, np.int64(n)))
         return hi, lo
+
+    def copy(self, dst, src, scale: float | None = None) -> None:
+        """``dst[...] = src`` (times ``scale``) on the device: one elementwise kernel on the
+        current stream, nothing allocated."""
+        if scale is None:
+            dst[...] = src
+        else:
+            self.cupy.multiply(src, dst.dtype.type(scale), out=dst)
+
+    def address(self, a) -> int:
+        """The device address of ``a``'s first element."""
+        return int(a.data.ptr)
+
+    def capture(self, fn):
+        """The device work ``fn()`` issues, captured into a CUDA graph (not run): on a stream
+        of its own, in CuPy's relaxed mode.  Raises what the capture raised (the stream's
+        capture ended first)."""
+        cp = self.cupy
+        if self._stream is None:
+            self._stream = cp.cuda.Stream(non_blocking=True)
+        s = self._stream
+        with s:
+            s.begin_capture()
+            try:
+                fn()
+            finally:
+                graph = s.end_capture()
+        return graph
+
+    def replay(self, graph) -> None:
+        """Launch a captured graph on the current stream."""
+        graph.launch()
 
     def gemm(self, call: GemmCall, x, y, c, alpha: float, precision: str,
              beta: float = 0.0) -> None:
@@ -115,6 +151,9 @@ class CupyRuntime:
         scale_c = np.array(beta, dtype=c.dtype)
         op = {"N": getattr(cublas, "CUBLAS_OP_N", 0), "T": getattr(cublas, "CUBLAS_OP_T", 1)}
         handle = self.cupy.cuda.device.get_cublas_handle()
+        # on the current stream (a capture's, or the caller's): CuPy's handle keeps the last
+        # stream set on it, and its own routines set theirs before each call too
+        cublas.setStream(handle, self.cupy.cuda.get_current_stream().ptr)
         fn = getattr(cublas, "gemmStridedBatchedEx", None)
         if fn is None:       # a CuPy build without the binding: strided views and cupy.matmul
             X, Y, C = gemm_views(self.cupy, call, x, y, c)
@@ -129,6 +168,10 @@ class CupyRuntime:
 
     def to_device(self, a):
         return a if isinstance(a, self.cupy.ndarray) else self.cupy.asarray(a)
+
+    def put(self, dst, host: np.ndarray) -> None:
+        """Host data into the device array ``dst`` (same shape, contiguous)."""
+        dst.set(host)
 
     def to_host(self, a) -> np.ndarray:
         return self.cupy.asnumpy(a)

@@ -55,23 +55,23 @@ class CudaStackedGemm:
         self._y_order = tuple(self.shared.idx.index(i) for i in f.k + s_dims)
         self.x = self.side_by_side_empty()
         self._call: GemmCall | None = None
-        self._copy_y = False
+        self._copy_y = None             # the kept contiguous copy of Y, where one is needed
 
     def side_by_side_empty(self):
         """A fresh (sum D, K) device matrix for :meth:`side_by_side`."""
         return self.rt.xp.empty((len(self.members) * self.d, self.k), dtype=self.result.dtype)
 
+    def operand_sizes(self) -> tuple[int, int]:
+        """Elements of X and Y (what a split of each needs)."""
+        return len(self.members) * self.d * self.k, self.k * self.s
+
     def side_by_side(self, env: dict, x) -> object:
         """``x`` filled with the members' differing operands, each scaled by the contraction's
         scale, member after member: X of the stacked GEMM."""
-        xp = self.rt.xp
         for i, o in enumerate(self.others):
             rows = x[i * self.d:(i + 1) * self.d].reshape(self._x_shape)
-            part = env[o.tensor].transpose(self._x_order)
-            if self.scale != 1.0:
-                xp.multiply(part, self.result.dtype.type(self.scale), out=rows)
-            else:
-                rows[...] = part
+            self.rt.copy(rows, env[o.tensor].transpose(self._x_order),
+                         None if self.scale == 1.0 else self.scale)
         return x
 
     def _plan(self, y) -> GemmCall:
@@ -80,23 +80,25 @@ class CudaStackedGemm:
         got = mat3(y, self.shared.idx, self._y_groups)
         call = plan_gemm(xm, got[0], cm, 1) if got else "B"
         if call == "B":         # Y's storage does not nest K and S: copied contiguous
-            self._copy_y = True
+            self._copy_y = self.rt.xp.empty((self.k, self.s), dtype=self.result.dtype)
             call = plan_gemm(xm, Mat(self.k, self.s, self.s, 1, 0), cm, 1)
         if not isinstance(call, GemmCall):
             raise RuntimeError(f"stack {self.members}: no cuBLAS argument list")
         return call
 
-    def run(self, env: dict, x=None) -> None:
+    def run(self, env: dict, x=None, scratch: tuple | None = None) -> None:
         """The stacked GEMM on the plan's arrays ``env``; ``x``: X already built (a
-        binding's), else built into the kept matrix now."""
+        binding's), else built into the kept matrix now; ``scratch``: the plan's four split
+        buffers (for "3xtf32")."""
         y = env[self.shared.tensor]
         if self._call is None:
             self._call = self._plan(y)
-        if self._copy_y:
-            y = self.rt.xp.ascontiguousarray(y.transpose(self._y_order)).reshape(self.k,
-                                                                                  self.s)
+        if self._copy_y is not None:
+            src = y.transpose(self._y_order)
+            self.rt.copy(self._copy_y.reshape(src.shape), src)
+            y = self._copy_y
         if x is None:
             x = self.side_by_side(env, self.x)
         call, bufs = self._call, {"A": x, "B": y}
         run_gemm(self.rt, call, bufs[call.first], bufs[call.second], self.result, 1.0,
-                 self.precision)
+                 self.precision, scratch)

@@ -33,8 +33,10 @@ def test_dry_run_writes_its_files_into_out(tmp_path):
     require("jax")                        # the timing stage's XLA peer
     out = tmp_path / "out"
     t0 = time.monotonic()
-    r = subprocess.run(["bash", str(SCRIPT), "--dry-run"], cwd=tmp_path, env=env_for(out),
-                       capture_output=True, text=True, timeout=600)
+    # a budget of 4, not the dry run's 8: the knob is read, and the suite saves ten seconds
+    r = subprocess.run(["bash", str(SCRIPT), "--dry-run"], cwd=tmp_path,
+                       env=env_for(out) | {"BUDGET": "4"}, capture_output=True, text=True,
+                       timeout=600)
     took = time.monotonic() - t0
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     files = sorted(p.name for p in out.iterdir())
@@ -57,14 +59,14 @@ def test_dry_run_writes_its_files_into_out(tmp_path):
 
     log = (out / "gpu_check-dryrun.log").read_text()
     assert log.strip().splitlines()[-1] == r.stdout.strip().splitlines()[-1]   # all of it
-    for n in range(1, 9):                 # a plain progress line per trial (stdout is a pipe)
-        assert f"trial {n}/8 " in log, log[-3000:]
+    for n in range(1, 5):                 # a plain progress line per trial (stdout is a pipe)
+        assert f"trial {n}/4 " in log, log[-3000:]
     assert "== end " in log.splitlines()[-1] and "exit 0" in log.splitlines()[-1]
 
     with sqlite3.connect(out / "plans-dryrun.sqlite") as con:
-        # the search's 8 trials (its confirmation's rows are trials of "<study>:confirm")
+        # the search's 4 trials (its confirmation's rows are trials of "<study>:confirm")
         assert con.execute("SELECT count(*) FROM trials WHERE study NOT LIKE '%:confirm'"
-                           ).fetchone()[0] == 8
+                           ).fetchone()[0] == 4
     timing = json.loads(next(out.glob("gpu_trimul-*.json")).read_text())
     assert timing["emulated"] and timing["contenders"]["xla-highest"]["status"] == "ok"
     assert timing["search"]["trials"]                 # it read the search's plans
