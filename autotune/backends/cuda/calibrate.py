@@ -5,8 +5,9 @@ Measured (device-resident buffers, CUDA events, the best of the repeats): ``band
 device-to-device copy, both directions counted), ``gemm_flops`` (a square SGEMM through cuBLAS),
 ``tensor_share`` (a square TF32 GEMM's rate over the preset's ``tf32_flops``), ``mma_share``
 (the generated tensor-core kernel, autotune.backends.cuda.mma_kernel, on a square TF32 GEMM at
-the space's default tiling, over the TF32 GEMM's rate) and ``launch_s`` (a one-element kernel,
-launched back to back).  Stored as JSON next to the plan database, one file per GPU name;
+the space's default tiling, over the TF32 GEMM's rate) and ``launch_s`` (a one-element kernel as
+a node of a replayed CUDA graph, which is how plans launch their groups; the same launched back
+to back from the host is kept in the record as ``eager_launch_s``).  Stored as JSON next to the plan database, one file per GPU name;
 :func:`load_cuda_spec` applies a record to the preset of the same GPU and ignores one of
 another (a clear warning where a file cannot be read).
 """
@@ -30,7 +31,7 @@ from search_spaces.kernel import gpu_options
 from autotune.backends.cpu.calibrate import CalibrationWarning, default_db_dir, write_calibration
 from autotune.backends.cuda.gemm import GemmCall
 
-CUDA_CALIBRATION_VERSION = 1
+CUDA_CALIBRATION_VERSION = 2     # 2: launch_s is a graph node's
 # the record's terms: (DeviceSpec field, whether it is a share of a rate, at most 1.5)
 TERMS = {"bandwidth": False, "gemm_flops": False, "tensor_share": True, "mma_share": True,
          "launch_s": False}
@@ -93,14 +94,23 @@ def measure(rt, preset: DeviceSpec, gemm_n: int = 8192, copy_mb: float = 1024.0,
     plan = CudaPlan(w, cand, folder, runtime=rt)
     dev_in = plan.upload(w.random_inputs(seed=0))
     mma = flops / _best(rt, lambda: plan.run_device(**dev_in), repeats)
-    one = xp.ones(1, np.float32)
+    # a launch as plans pay it: a node of a replayed graph (autotune.backends.cuda.graphs),
+    # and, for the record, one launched from the host
+    one, parts = xp.ones(1, np.float32), (xp.empty(1, np.float32), xp.empty(1, np.float32))
     launches = 20
-    launch = _best(rt, lambda: [rt.split_tf32(one) for _ in range(launches)], repeats) / launches
+
+    def split_all():
+        for _ in range(launches):
+            rt.split_tf32(one, parts)
+    eager = _best(rt, split_all, repeats) / launches
+    graph = rt.capture(split_all)
+    launch = _best(rt, lambda: rt.replay(graph), repeats) / launches
     return {"bandwidth": bandwidth, "gemm_flops": sgemm,
             "tensor_share": tf32 / preset.tf32_flops if preset.tf32_flops > 0 else 1.0,
             "mma_share": mma / tf32, "launch_s": launch,
             "measured": {"gemm_n": n, "copy_mb": copy_mb, "sgemm_flops": sgemm,
-                         "tf32_flops": tf32, "mma_tf32_flops": mma}}
+                         "tf32_flops": tf32, "mma_tf32_flops": mma,
+                         "eager_launch_s": eager}}
 
 
 def calibrate_cuda(rt, gpu_name: str, preset: DeviceSpec, folder: Path | None = None,
@@ -136,6 +146,9 @@ def load_cuda_spec(preset: DeviceSpec, gpu_name: str, folder: Path | None = None
         rec = json.loads(path.read_text())
         if rec.get("gpu") != gpu_name:
             raise ValueError(f"it is {rec.get('gpu')!r}'s")
+        if rec.get("version") != CUDA_CALIBRATION_VERSION:
+            raise ValueError(f"it is of version {rec.get('version')!r}, this autotune reads "
+                             f"{CUDA_CALIBRATION_VERSION}")
         return spec_from_record(preset, rec), True
     except (OSError, UnicodeDecodeError, ValueError, AttributeError) as e:
         warnings.warn(f"{path}: ignoring the cuda calibration ({e}); using the {preset.name} "

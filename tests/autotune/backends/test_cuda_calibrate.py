@@ -32,6 +32,7 @@ def test_the_flow_under_the_emulator_measures_stores_and_applies_each_term(tmp_p
     assert stored["gpu"] == "NVIDIA H200" and stored["preset"] == "h200"
     for key in ("bandwidth", "gemm_flops", "tensor_share", "mma_share", "launch_s"):
         assert stored[key] > 0, key
+    assert stored["measured"]["eager_launch_s"] > 0
     spec, calibrated = load_cuda_spec(H200, "NVIDIA H200", tmp_path)
     assert calibrated and spec.bandwidth == stored["bandwidth"]
     assert spec.mma_share == stored["mma_share"] and spec.name == "h200"
@@ -44,6 +45,11 @@ def test_a_record_of_another_gpu_or_a_corrupt_one_is_ignored_with_a_warning(tmp_
     path.write_text(json.dumps({"gpu": "NVIDIA H100", "bandwidth": 1e12, "gemm_flops": 1e13,
                                 "tensor_share": 0.5, "mma_share": 0.3, "launch_s": 5e-6}))
     with pytest.warns(CalibrationWarning, match="NVIDIA H100"):
+        assert load_cuda_spec(H200, "NVIDIA H200", tmp_path) == (H200, False)
+    path.write_text(json.dumps({"gpu": "NVIDIA H200", "version": 1, "bandwidth": 1e12,
+                                "gemm_flops": 1e13, "tensor_share": 0.5, "mma_share": 0.3,
+                                "launch_s": 5e-6}))       # an eager launch_s: not what it reads
+    with pytest.warns(CalibrationWarning, match="version 1"):
         assert load_cuda_spec(H200, "NVIDIA H200", tmp_path) == (H200, False)
     path.write_text("{not json")
     with pytest.warns(CalibrationWarning, match="calibrate --device cuda"):
@@ -89,3 +95,5 @@ def test_on_a_gpu_the_terms_are_in_their_physical_ranges(tmp_path):
     assert 0.1 * base.gemm_flops < rec["gemm_flops"] < 2 * base.f32_flops
     assert 0.05 < rec["tensor_share"] <= 1.0 and 0.01 < rec["mma_share"] <= 1.5
     assert 1e-7 < rec["launch_s"] < 1e-3
+    # a graph's node costs less than a launch from the host (a few us on an H200)
+    assert rec["launch_s"] < rec["measured"]["eager_launch_s"]
