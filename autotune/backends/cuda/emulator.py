@@ -26,6 +26,7 @@ EMU_HEADER = r"""// CUDA built-ins for running generated kernels on the host (au
 #include <pthread.h>
 #include <sched.h>
 #include <atomic>
+#include <vector>
 #define __global__
 #define __device__
 #define __forceinline__ inline
@@ -91,6 +92,24 @@ static inline void at_mma(float (&d)[4], const unsigned (&a)[4], const unsigned 
     d[h] = s;
   }
   at_barrier();
+}
+// cp.async (sm_80): a copy lands in shared memory only when a cp.async.wait_group lets its
+// group complete, as on the device, so a kernel that reads a slice before waiting for it
+// reads stale data here too (the copy's source is read at issue: kernels never write their
+// operands)
+struct at_cp_op { float* dst; float v; };
+static thread_local std::vector<at_cp_op> at_cp_pending;   // issued, not yet landed
+static thread_local std::vector<size_t> at_cp_ends;        // each committed group's end
+static inline void at_cp4(float* dst, const float* src, int bytes) {
+  at_cp_pending.push_back({dst, bytes ? *src : 0.0f}); }
+static inline void at_cp_commit() { at_cp_ends.push_back(at_cp_pending.size()); }
+template <int N> static inline void at_cp_wait() {   // all but the N newest groups land
+  if ((int)at_cp_ends.size() <= N) return;
+  const size_t upto = at_cp_ends[at_cp_ends.size() - 1 - N];
+  for (size_t i = 0; i < upto; ++i) *at_cp_pending[i].dst = at_cp_pending[i].v;
+  at_cp_pending.erase(at_cp_pending.begin(), at_cp_pending.begin() + upto);
+  at_cp_ends.erase(at_cp_ends.begin(), at_cp_ends.end() - N);
+  for (size_t& e : at_cp_ends) e -= upto;
 }
 #define AT_SMEM_BYTES (1L << 24)
 alignas(16) float smem_f32[AT_SMEM_BYTES / 4];

@@ -6,10 +6,13 @@ GEMM per group, with the group's fusions (:mod:`search_spaces.kernel_fusion`) in
   per 16 x 8 fragment; the PTX ISA's layout: lane ``4g + t`` holds rows g and g+8, columns 2t
   and 2t+1).
 - K in slices of ``kc``: the block's threads copy the A (mc x kc) and B (kc x nc) slices from
-  global memory into shared memory, a prologue applied to each element as it is loaded (zero
-  outside the extents), the thread-fastest dim the one the tensor walks at unit stride (the
-  loads coalesce).  Shared rows are padded (A by 4 floats, B by 8) so that the fragment loads
-  of a warp hit 32 distinct banks.
+  global memory into shared memory, the thread-fastest dim the one the tensor walks at unit
+  stride (the loads coalesce); an operand copied as it is goes by ``cp.async`` (no register,
+  zero-filled outside the extents), one with a prologue through registers, the prologue
+  applied to each element as it is loaded.  Two stages of shared memory where both fit
+  (:data:`TWO_STAGE_BYTES`): slice k+1's copies are in flight while the warps multiply slice
+  k.  Shared rows are padded (A by 4 floats, B by 8) so that the fragment loads of a warp hit
+  32 distinct banks.
 - Each warp, per 8-deep step: A and B fragments from shared memory, split into TF32 high and
   low parts in registers (``3xtf32``: three ``mma.sync``, the small products first; float32
   accuracy, search_spaces.precision) or rounded once (``tf32``: one).
@@ -44,6 +47,10 @@ from autotune.backends.cpu.gemm_transforms import Dialect, FusionSite, kernel_tr
 from autotune.backends.cuda.kernels import CUDA_FUNCTIONS, CudaKernel
 
 I = "long long"
+# two K-slice stages where both fit in this much shared memory: the smallest opt-in limit of
+# the sm_80 and later GPUs (sm_86, sm_89: 99 KB; costmodel.cuda_limits), so a kernel runs on
+# any of them; a larger block tile (a pair of 128 x 128 tiles) keeps one stage
+TWO_STAGE_BYTES = 99 * 1024
 
 MMA_PRELUDE = r"""
 #ifndef AUTOTUNE_MMA_PRELUDE
@@ -60,6 +67,15 @@ __device__ __forceinline__ void at_mma(float (&d)[4], const unsigned (&a)[4],
                "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+// one float from global to shared memory without a register (sm_80 cp.async; bytes 0: a zero)
+__device__ __forceinline__ void at_cp4(float* dst, const float* src, int bytes) {
+  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" :: "r"(d), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void at_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void at_cp_wait() {
+  asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
 }
 #endif
 __device__ __forceinline__ void at_split(float x, unsigned& hi, unsigned& lo) {
@@ -126,10 +142,16 @@ class MmaEmitter:
                                                                    f"e / {nrows}")
         off = _offset(self.w, self.layout_of, tensor, sub, groups, self.ext,
                       ("bt", rows, cols))
-        val = hook.format(x="xv", **{rows: rows, cols: cols})
-        return [f"    for (int e = threadIdx.x; e < {nrows} * {ncols}; e += blockDim.x) {{",
+        head = [f"    for (int e = threadIdx.x; e < {nrows} * {ncols}; e += blockDim.x) {{",
                 f"      const int r = {r}, c = {c};",
-                f"      const {I} {rows} = {lo_r} + r, {cols} = {lo_c} + c;",
+                f"      const {I} {rows} = {lo_r} + r, {cols} = {lo_c} + c;"]
+        if hook == "{x}":         # copied as it is: cp.async, no register, zero outside
+            return head + [f"      const bool inb = {rows} < {lim_r} && {cols} < {lim_c};",
+                           f"      at_cp4(&{buf}[r * {ld} + c], p_{tensor} + (inb ? {off} : "
+                           f"0LL), inb ? 4 : 0);",
+                           "    }"]
+        val = hook.format(x="xv", **{rows: rows, cols: cols})
+        return head + [
                 "      T v = 0;",
                 f"      if ({rows} < {lim_r} && {cols} < {lim_c}) {{ const T xv = "
                 f"p_{tensor}[{off}]; v = {val}; }}",
@@ -167,14 +189,17 @@ class MmaEmitter:
         gm, gn = self.gm, self.gn
         lda, ldb = p.kc + 4, p.nc + 8
         second = (p.mc * lda if pair[2] == "a" else p.kc * ldb) if pair else 0
-        smem = 4 * (p.mc * lda + p.kc * ldb + second)
+        stage = p.mc * lda + p.kc * ldb + second          # floats of one K slice's tiles
+        stages = 2 if 2 * 4 * stage <= TWO_STAGE_BYTES else 1
+        smem = 4 * stage * stages
         params = [f"const float* __restrict__ p_{t}" for t in reads] + \
             [f"float* __restrict__ p_{out_t}"]
         split = self.precision == "3xtf32"
         L = [f"/* group {index}: anchor {self.g.anchor}, tensor-core contraction kernel "
              f"({self.precision}), members {', '.join(self.g.members)}, block tile "
-             f"{p.mc}x{p.nc}x{p.kc}, warp tile {p.mr}x{p.nr}, {warps} warps, shared {smem} B */",
-             f'extern "C" __global__ void __launch_bounds__({warps * 32}) '
+             f"{p.mc}x{p.nc}x{p.kc}, warp tile {p.mr}x{p.nr}, {warps} warps, {stages} "
+             f"stage(s), shared {smem} B */",
+             f'extern "C" __global__ void __launch_bounds__({warps * 32}, 1) '
              f"{name}({', '.join(params)}) {{",
              "  typedef float T;",
              f"  constexpr {I} M = {self.M}, N = {self.N}, K = {self.K}, GM = {gm}, GN = {gn};",
@@ -188,9 +213,7 @@ class MmaEmitter:
              "#endif",
              "  constexpr int TPW = WT / NW;",
              "  extern __shared__ __align__(16) float smem_f32[];",
-             "  float* As = smem_f32;",
-             "  float* Bs = As + BM * LDA;",
-             "  float* Ps = Bs + BK * LDB;" if pair else "",
+             f"  constexpr int STAGE = {stage};     // floats of one K slice's tiles",
              f"  {I} blk = blockIdx.x;",
              f"  const {I} bn = blk % GN; blk /= GN;",
              f"  const {I} bm = blk % GM;",
@@ -199,19 +222,38 @@ class MmaEmitter:
              "  const int g = lane >> 2, t4 = lane & 3;",
              "  float acc[TPW][FM][FN][4];" + (" float acc2[TPW][FM][FN][4];" if pair else ""),
              "  for (int a = 0; a < TPW * FM * FN * 4; ++a) { (&acc[0][0][0][0])[a] = 0.f;"
-             + (" (&acc2[0][0][0][0])[a] = 0.f;" if pair else "") + " }",
-             f"  for ({I} k0 = 0; k0 < K; k0 += BK) {{"]
-        L += self._tile_load("As", "LDA", a_t, a_sub, self.ga, "m", "k", "BM", "BK", "bm * BM",
-                             "k0", hooks["prologue_a"].expr, "M", "K")
-        L += self._tile_load("Bs", "LDB", b_t, b_sub, self.gb, "k", "n", "BK", "BN", "k0",
-                             "bn * BN", hooks["prologue_b"].expr, "K", "N")
-        if pair:
-            if pair[2] == "a":
-                L += self._tile_load("Ps", "LDA", pair[0], pair[1], self.ga, "m", "k", "BM",
-                                     "BK", "bm * BM", "k0", "{x}", "M", "K")
-            else:
-                L += self._tile_load("Ps", "LDB", pair[0], pair[1], self.gb, "k", "n", "BK",
-                                     "BN", "k0", "bn * BN", "{x}", "K", "N")
+             + (" (&acc2[0][0][0][0])[a] = 0.f;" if pair else "") + " }"]
+
+        def load(at: str, k_lo: str) -> list[str]:
+            """The K slice from ``k_lo`` into the stage at float ``at``: cp.async for operands
+            copied as they are (their group committed by the caller), a prologue's
+            operand through registers."""
+            out = [f"    float* An = smem_f32 + {at}; float* Bn = An + BM * LDA;"
+                   + (" float* Pn = Bn + BK * LDB;" if pair else ""),
+                   f"    const {I} kn = {k_lo};"]
+            out += self._tile_load("An", "LDA", a_t, a_sub, self.ga, "m", "k", "BM", "BK",
+                                   "bm * BM", "kn", hooks["prologue_a"].expr, "M", "K")
+            out += self._tile_load("Bn", "LDB", b_t, b_sub, self.gb, "k", "n", "BK", "BN",
+                                   "kn", "bn * BN", hooks["prologue_b"].expr, "K", "N")
+            if pair and pair[2] == "a":
+                out += self._tile_load("Pn", "LDA", pair[0], pair[1], self.ga, "m", "k", "BM",
+                                       "BK", "bm * BM", "kn", "{x}", "M", "K")
+            elif pair:
+                out += self._tile_load("Pn", "LDB", pair[0], pair[1], self.gb, "k", "n", "BK",
+                                       "BN", "kn", "bn * BN", "{x}", "K", "N")
+            return ["  " + x for x in out]
+        # K slices through ``stages`` shared-memory stages: with two, slice k+1's copies are
+        # in flight while the warps multiply slice k (one barrier before and one after)
+        L += ["  {", *load("0", "0"), "  }", "  at_cp_commit();", "  int st = 0;",
+              f"  for ({I} k0 = 0; k0 < K; k0 += BK) {{",
+              "    float* As = smem_f32 + st * STAGE; float* Bs = As + BM * LDA;"
+              + (" float* Ps = Bs + BK * LDB;" if pair else "")]
+        if stages == 2:
+            L += ["    if (k0 + BK < K) {", *load("(st ^ 1) * STAGE", "k0 + BK"),
+                  "      at_cp_commit(); at_cp_wait<1>();",
+                  "    } else {", "      at_cp_wait<0>();", "    }"]
+        else:
+            L += ["    at_cp_wait<0>();"]
         frag_decl = ["        unsigned ah[FM][4], bh[FN][2];"]
         if split:
             frag_decl.append("        unsigned al[FM][4], bl[FN][2];")
@@ -234,7 +276,12 @@ class MmaEmitter:
             mma += " " + " ".join(f"at_mma(acc2[tw][i][j], {x}[i], {y}[j]);" for x, y in prods2)
         L += ["        for (int i = 0; i < FM; ++i)",
               "          for (int j = 0; j < FN; ++j) { " + mma + " }",
-              "      }", "    }", "    __syncthreads();", "  }"]
+              "      }", "    }", "    __syncthreads();"]
+        if stages == 2:
+            L += ["    st ^= 1;", "  }"]
+        else:
+            L += ["    if (k0 + BK < K) {", *load("0", "k0 + BK"), "      at_cp_commit();",
+                  "    }", "  }"]
         scale = "" if self.form.scale == 1.0 else f" * (T){self.form.scale!r}"
         off = _offset(w, self.layout_of, out_t, out_sub, self.gc, self.ext, ("bt", "m", "n"))
         val = hooks["epilogue"].expr.format(x="xv", y="yv", m="m", n="n")
