@@ -17,6 +17,7 @@ are weights, small beside the shared operand), Y the shared operand as it is sto
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -122,3 +123,13 @@ def checked_stack(w: Workload, members: tuple[str, ...], impl: dict[str, str],
                              f"{list(layout_of(m))}, the stack needs "
                              f"{list(stack_layout(w, sib, m))}")
     return sib
+
+
+def member_offsets(w: Workload, members: tuple[str, ...]) -> dict[str, int]:
+    """Each member's first element in its stack's one buffer (the members one after the other,
+    in stack order)."""
+    out, at = {}, 0
+    for m in members:
+        out[m] = at
+        at += math.prod(w.shapes[m])
+    return out

@@ -102,6 +102,8 @@ static thread_local std::vector<at_cp_op> at_cp_pending;   // issued, not yet la
 static thread_local std::vector<size_t> at_cp_ends;        // each committed group's end
 static inline void at_cp4(float* dst, const float* src, int bytes) {
   at_cp_pending.push_back({dst, bytes ? *src : 0.0f}); }
+static inline void at_cp16(float* dst, const float* src, int bytes) {
+  for (int i = 0; i < 4; ++i) at_cp_pending.push_back({dst + i, bytes ? src[i] : 0.0f}); }
 static inline void at_cp_commit() { at_cp_ends.push_back(at_cp_pending.size()); }
 template <int N> static inline void at_cp_wait() {   // all but the N newest groups land
   if ((int)at_cp_ends.size() <= N) return;

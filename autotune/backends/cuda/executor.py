@@ -28,7 +28,6 @@ check the backend's results against the reference without a GPU.
 """
 from __future__ import annotations
 
-import itertools
 import math
 import statistics
 from pathlib import Path
@@ -40,6 +39,7 @@ from search_spaces.candidate import IMPL_KERNEL, IMPL_LIBRARY, IMPL_LOOP, Candid
 from search_spaces.partition import Group, groups, materialized
 from search_spaces.precision import default_precision
 from search_spaces.rewrite import rewritten
+from search_spaces.siblings import member_offsets
 from search_spaces.workload import Workload
 
 from autotune.backends.base import Arrays, Cutoff, group_medians, timed_runs
@@ -91,10 +91,9 @@ class CudaPlan:
         # a stack's members lie one after the other in one buffer: its GEMM's result matrix
         place = {}
         for members in cand.stacks:
-            sizes = [math.prod(w.shapes[m]) for m in members]
-            block = xp.empty(sum(sizes), dtype=self.dtype)
-            for m, lo, n in zip(members, itertools.accumulate([0] + sizes), sizes):
-                place[m] = (block, lo, n)
+            at = member_offsets(w, members)
+            block = xp.empty(sum(math.prod(w.shapes[m]) for m in members), dtype=self.dtype)
+            place.update((m, (block, at[m], math.prod(w.shapes[m]))) for m in members)
         for t in sorted(mats | set(w.outputs)):
             shape = w.shapes[t]
             alloc = (lambda s: xp.empty(s, dtype=self.dtype)) if t not in place else \
@@ -138,8 +137,10 @@ class CudaPlan:
                     self._host_inputs[n] = rt.xp.empty(shp, dtype=self.dtype)
                 rt.put(self._host_inputs[n], a)
                 a = self._host_inputs[n]
-            elif a.dtype != self.dtype or not a.flags.c_contiguous:
-                a = rt.xp.ascontiguousarray(a, dtype=self.dtype)
+            elif a.dtype != self.dtype or not a.flags.c_contiguous or rt.address(a) % 16:
+                # a fresh array starts on a 16-byte boundary: the tensor-core kernel copies
+                # 16 bytes at a time where the storage allows
+                a = rt.xp.array(a, dtype=self.dtype, order="C", copy=True)
             out[n] = a
         return out
 

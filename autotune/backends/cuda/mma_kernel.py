@@ -38,9 +38,11 @@ from search_spaces.footprint import strides
 from search_spaces.gemm import gemm_form, group_size
 from search_spaces.kernel import gpu_params
 from search_spaces.kernel_fusion import KernelParts, group_strides, kernel_parts
-from search_spaces.kernel_reads import KernelRead, kernel_accesses, unit_stride_side
+from search_spaces.kernel_reads import (KernelRead, kernel_accesses, unit_stride_side,
+                                         vector_side)
 from search_spaces.partition import Group
 from search_spaces.precision import kernel_precision
+from search_spaces.siblings import member_offsets
 from search_spaces.workload import Workload
 
 from autotune.backends.cpu.gemm_transforms import Dialect, FusionSite, kernel_transforms
@@ -72,6 +74,11 @@ __device__ __forceinline__ void at_mma(float (&d)[4], const unsigned (&a)[4],
 __device__ __forceinline__ void at_cp4(float* dst, const float* src, int bytes) {
   const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" :: "r"(d), "l"(src), "r"(bytes));
+}
+// four floats, 16 bytes on 16-byte boundaries (.cg: through L2 only, as the slices stream)
+__device__ __forceinline__ void at_cp16(float* dst, const float* src, int bytes) {
+  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(d), "l"(src), "r"(bytes));
 }
 __device__ __forceinline__ void at_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void at_cp_wait() {
@@ -129,6 +136,10 @@ class MmaEmitter:
         # block tiles along M and N; one block per batch item and tile
         self.gm, self.gn = -(-self.M // self.p.mc), -(-self.N // self.p.nc)
         self.grid = self.B * self.gm * self.gn
+        # stack members past a buffer's start that no 16-byte boundary starts (the plan
+        # allocates every other tensor on its own, aligned, and aligns its inputs)
+        self.misaligned = {m for st in cand.stacks for m, at in member_offsets(w, st).items()
+                           if at % 4}
 
     # ---- the source -------------------------------------------------------------------------
     def _tile_load(self, buf: str, ld: str, tensor: str, sub, groups, rows: str, cols: str,
@@ -136,19 +147,28 @@ class MmaEmitter:
                    lim_c: str) -> list[str]:
         """The loop that copies one operand slice (``nrows`` x ``ncols``) into shared memory,
         ``hook`` applied to each element (``{x}`` the loaded value)."""
-        fast_cols = unit_stride_side(self.w, self.layout_of, KernelRead(tensor, sub),
-                                     groups) != "rows"
-        r, c = (f"e / {ncols}", f"e % {ncols}") if fast_cols else (f"e % {nrows}",
-                                                                   f"e / {nrows}")
+        read = KernelRead(tensor, sub)
+        fast_cols = unit_stride_side(self.w, self.layout_of, read, groups) != "rows"
         off = _offset(self.w, self.layout_of, tensor, sub, groups, self.ext,
                       ("bt", rows, cols))
-        head = [f"    for (int e = threadIdx.x; e < {nrows} * {ncols}; e += blockDim.x) {{",
+        # copied as it is: cp.async (no register, zero-filled outside), four floats at a time
+        # where they are four neighbours on a 16-byte boundary both in storage and in the
+        # shared tile, whose rows are contiguous: along its columns (slices are multiples of
+        # 8 along both sides, the extent along the vector a multiple of 4)
+        vec = 4 if hook == "{x}" and fast_cols and tensor not in self.misaligned and \
+            vector_side(self.w, self.layout_of, read, groups, self.ext) == "cols" else 1
+        if fast_cols:
+            r, c = (f"e / ({ncols} / {vec})", f"e % ({ncols} / {vec}) * {vec}")
+        else:
+            r, c = (f"e % ({nrows} / {vec}) * {vec}", f"e / ({nrows} / {vec})")
+        head = [f"    for (int e = threadIdx.x; e < {nrows} * {ncols} / {vec}; "
+                f"e += blockDim.x) {{",
                 f"      const int r = {r}, c = {c};",
                 f"      const {I} {rows} = {lo_r} + r, {cols} = {lo_c} + c;"]
-        if hook == "{x}":         # copied as it is: cp.async, no register, zero outside
+        if hook == "{x}":
             return head + [f"      const bool inb = {rows} < {lim_r} && {cols} < {lim_c};",
-                           f"      at_cp4(&{buf}[r * {ld} + c], p_{tensor} + (inb ? {off} : "
-                           f"0LL), inb ? 4 : 0);",
+                           f"      at_cp{4 * vec}(&{buf}[r * {ld} + c], p_{tensor} + (inb ? "
+                           f"{off} : 0LL), inb ? {4 * vec} : 0);",
                            "    }"]
         val = hook.format(x="xv", **{rows: rows, cols: cols})
         return head + [

@@ -270,3 +270,70 @@ def test_gpu_split_and_tf32_accuracy_on_odd_extents(gpu, tmp_path):
         got = CudaPlan(w, _kernel_cand(w, prec, (1, 0)), tmp_path, runtime=gpu)(**inputs)["out"]
         err = float(np.max(np.abs(got - ref)) / np.max(np.abs(ref)))
         assert lo < err < hi, (prec, err)
+
+
+# ---- the K slices' copies: cp.async, 16 bytes where storage allows, two stages --------------------
+VEC_GEMM = '''name = "vec_gemm"
+summary = "a GEMM whose operands are read along their unit-stride dims, one extent off the tile"
+dtype = "float32"
+outputs = ["out"]
+program = """
+out[i,j] += a[i,k] * b[k,j]
+"""
+[dims]
+I = 37
+J = 44
+K = 40
+[inputs]
+a = ["I", "K"]
+b = ["K", "J"]
+[tolerance]
+rtol = 1e-4
+'''
+
+
+@needs_gxx
+def test_slices_copy_16_bytes_where_storage_allows_and_zero_fill_the_edges(emulator, tmp_path):
+    """a[i,k] along k (K = 40) and b[k,j] along j (J = 44, off every block tile's width) go
+    four floats a copy, the slices past the edges zero-filled; a layout that puts an odd
+    extent or a stride of 37 floats along the vector copies one float a time; every variant
+    matches the reference."""
+    w = parse_workload(VEC_GEMM, "vec_gemm.toml")
+    inputs = w.random_inputs(seed=11)
+    ref = reference(w, inputs)
+    seen = {}
+    for mc, nc, kc in ((64, 64, 32), (128, 128, 16)):
+        cand = _all_params(_kernel_cand(w, "3xtf32"),
+                           replace(gpu_options().default, mc=mc, nc=nc, kc=kc))
+        src, _ = generate_cuda(w, cand)
+        seen[mc] = (src.count("at_cp16(&"), src.count("at_cp4(&"))
+        plan = CudaPlan(w, cand, tmp_path, runtime=emulator)
+        _, why = verify(plan(**inputs), ref, w.rtol)
+        assert not why, why
+    # both operands by vectors (each slice load emitted twice: the first slice, the next ones)
+    assert all(v == (4, 0) for v in seen.values()), seen
+    # the same GEMM with b[k,j] read along k (j outermost: J's stride 40) and a's i odd
+    at_k = parse_workload(VEC_GEMM.replace('b = ["K", "J"]', 'b = ["J", "K"]').replace(
+        "b[k,j]", "b[j,k]"), "vec_gemm_t.toml")
+    src, _ = generate_cuda(at_k, _kernel_cand(at_k, "3xtf32"))
+    assert src.count("p_b + (inb") and "at_cp16(&Bn" not in src
+    plan = CudaPlan(at_k, _kernel_cand(at_k, "3xtf32"), tmp_path, runtime=emulator)
+    ins = at_k.random_inputs(seed=12)
+    _, why = verify(plan(**ins), reference(at_k, ins), at_k.rtol)
+    assert not why, why
+
+
+def test_two_stages_where_both_fit_one_for_the_largest_pair():
+    from autotune.backends.cuda.mma_kernel import TWO_STAGE_BYTES
+    w = load_workload("trimul_outgoing", SMALL["trimul_outgoing"])
+    big = replace(gpu_options().default, mr=32, nr=32, mc=128, nc=128, kc=32)
+    stages = {}
+    for cand in kernel_plans(w, 2, fuse=1):
+        cand = _all_params(cand, big)
+        src, _ = generate_cuda(rewritten(w, cand), cand)
+        for m in re.finditer(r"anchor (\w+), tensor-core.*?(\d) stage\(s\), shared (\d+) B",
+                             src):
+            stages[m.group(1)] = (int(m.group(2)), int(m.group(3)))
+    assert stages and all(b <= TWO_STAGE_BYTES for n, b in stages.values() if n == 2), stages
+    assert all(2 * b > TWO_STAGE_BYTES for n, b in stages.values() if n == 1), stages
+    assert {n for n, _ in stages.values()} == {1, 2}, stages     # a pair at 128 x 128: one
