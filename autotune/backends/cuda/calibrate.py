@@ -7,9 +7,10 @@ device-to-device copy, both directions counted), ``gemm_flops`` (a square SGEMM 
 (the generated tensor-core kernel, autotune.backends.cuda.mma_kernel, on a square TF32 GEMM at
 the space's default tiling, over the TF32 GEMM's rate) and ``launch_s`` (a one-element kernel as
 a node of a replayed CUDA graph, which is how plans launch their groups; the same launched back
-to back from the host is kept in the record as ``eager_launch_s``).  Stored as JSON next to the plan database, one file per GPU name;
-:func:`load_cuda_spec` applies a record to the preset of the same GPU and ignores one of
-another (a clear warning where a file cannot be read).
+to back from the host is kept in the record as ``eager_launch_s``).  Stored as JSON next to
+the plan database, one file per GPU name; :func:`load_cuda_spec` applies a record to the
+preset of the same GPU and ignores one of another GPU or version (a clear warning where a file
+cannot be read).
 """
 from __future__ import annotations
 

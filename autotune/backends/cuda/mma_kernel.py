@@ -80,7 +80,9 @@ __device__ __forceinline__ void at_cp16(float* dst, const float* src, int bytes)
   const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(d), "l"(src), "r"(bytes));
 }
-__device__ __forceinline__ void at_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void at_cp_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
 template <int N> __device__ __forceinline__ void at_cp_wait() {
   asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
 }
