@@ -13,7 +13,7 @@ import pytest
 
 import costmodel
 from autotune.backends.base import verify
-from autotune.backends.cuda import executor as cuda_executor
+from autotune.backends.cuda import library as cuda_library
 from autotune.backends.cuda.emulator import HostEmulator
 from autotune.backends.cuda.executor import CudaPlan
 from autotune.backends.cuda.kind import CudaBackendKind
@@ -122,8 +122,8 @@ def test_library_calls_are_planned_once_per_plan(tmp_path, monkeypatch):
     w = load_workload("trimul_outgoing", {"N": 16, "C": 8})
     cand = named_plan(SearchSpace(w, CUDA_BOUNDS), "heuristic")
     calls = []
-    real = cuda_executor.plan_gemm
-    monkeypatch.setattr(cuda_executor, "plan_gemm", lambda *a: calls.append(a) or real(*a))
+    real = cuda_library.plan_gemm
+    monkeypatch.setattr(cuda_library, "plan_gemm", lambda *a: calls.append(a) or real(*a))
     plan = CudaPlan(w, cand, tmp_path, runtime=HostEmulator(threads=2))
     inputs = w.random_inputs(seed=1)
     first = plan(**inputs)
