@@ -12,7 +12,14 @@ reason (``error``): the plan then runs eagerly, as before.
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Callable, Hashable
+
+# A caller whose inputs move (fresh arrays on every call) would otherwise grow these without
+# end: the graphs kept (each holds device resources) and the keys remembered, least recently
+# used dropped first.
+MAX_GRAPHS = 16
+MAX_SEEN = 256
 
 
 def _first_line(e: BaseException) -> str:
@@ -27,8 +34,8 @@ class PlanGraphs:
         self.rt, self.enabled = rt, enabled
         self.error: str | None = None       # why the last capture failed (graphs then off)
         self.captures = 0
-        self._graphs: dict[Hashable, object] = {}
-        self._seen: set[Hashable] = set()
+        self._graphs: OrderedDict[Hashable, object] = OrderedDict()
+        self._seen: OrderedDict[Hashable, None] = OrderedDict()
 
     def run(self, key: Hashable, issue: Callable[[], None]) -> bool:
         """Replay the graph of ``key`` (capturing ``issue()``'s work first where this key was
@@ -39,7 +46,9 @@ class PlanGraphs:
         graph = self._graphs.get(key)
         if graph is None:
             if key not in self._seen:
-                self._seen.add(key)
+                self._seen[key] = None
+                if len(self._seen) > MAX_SEEN:
+                    self._seen.popitem(last=False)
                 return False
             try:
                 graph = self.rt.capture(issue)
@@ -48,14 +57,17 @@ class PlanGraphs:
                 return False
             self._graphs[key] = graph
             self.captures += 1
+            if len(self._graphs) > MAX_GRAPHS:
+                self._graphs.popitem(last=False)
+        self._graphs.move_to_end(key)
         self.rt.replay(graph)
         return True
 
     def forget(self, token: int) -> None:
         """Drop the graphs of a binding (``token``: the last part of their keys)."""
-        for key in [k for k in self._graphs if k[-1] == token]:
-            del self._graphs[key]
-        self._seen = {k for k in self._seen if k[-1] != token}
+        for table in (self._graphs, self._seen):
+            for key in [k for k in table if k[-1] == token]:
+                del table[key]
 
     def clear(self) -> None:
         self._graphs.clear()

@@ -155,3 +155,30 @@ def test_on_the_gpu_replays_match_and_allocate_nothing(gpu, cache):
             _check(plan(**new), w, new)
         assert pool.used_bytes() == used and plan.graphs.captures == 1
         plan.release()
+
+
+def test_moving_inputs_keep_a_bounded_number_of_graphs():
+    """A caller whose inputs move on every call: the graphs kept and the keys remembered stay
+    bounded, the least recently used dropped first."""
+    from autotune.backends.cuda.graphs import MAX_GRAPHS, MAX_SEEN, PlanGraphs
+
+    class Recorder:           # a runtime whose graphs are the keys they were captured for
+        def __init__(self):
+            self.replayed = []
+
+        def capture(self, issue):
+            return issue()
+
+        def replay(self, graph):
+            self.replayed.append(graph)
+    rt = Recorder()
+    graphs = PlanGraphs(rt)
+    for n in range(3 * MAX_SEEN):
+        assert not graphs.run(((n,), 0), lambda: None)      # first sight: eager
+    assert len(graphs._seen) == MAX_SEEN
+    for n in range(2 * MAX_GRAPHS):
+        for _ in range(2):
+            graphs.run(((n,), 0), lambda n=n: n)
+    assert len(graphs._graphs) == MAX_GRAPHS and graphs.captures == 2 * MAX_GRAPHS
+    assert graphs.run(((2 * MAX_GRAPHS - 1,), 0), lambda: None)     # kept: replayed
+    assert rt.replayed[-1] == 2 * MAX_GRAPHS - 1
