@@ -35,7 +35,8 @@ from search_spaces.workload import Workload
 from autotune.backends.chain_loops import ChainLoops
 from autotune.backends.cuda.kernels import (CUDA_FUNCTIONS, PRELUDE, CudaKernel, TileTooLarge,
                                             check_limits)
-from autotune.backends.cuda.mma_kernel import MMA_PRELUDE, MmaEmitter
+from autotune.backends.cuda.mma_kernel import MmaEmitter
+from autotune.backends.cuda.mma_prelude import MMA_PRELUDE
 from autotune.backends.loops import LoopEmitter
 
 __all__ = ["CudaKernel", "TileTooLarge", "check_limits", "generate_cuda", "kernel_source"]
