@@ -350,6 +350,12 @@ class BackendKind(Protocol):
         ...
 
 
+def first_line(e: BaseException) -> str:
+    """The first line of ``Type: message``: a failure as one line of data (a table, a log, a
+    record's error field)."""
+    return (f"{type(e).__name__}: {e}".splitlines() or [type(e).__name__])[0]
+
+
 def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
     """Relative L2 error; inf when the output holds NaN or inf or has the wrong shape."""
     if out.shape != ref.shape:

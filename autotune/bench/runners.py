@@ -17,12 +17,8 @@ import numpy as np
 from db.records import Status
 from search_spaces.workload import Workload
 
+from autotune.backends.base import first_line   # the bench modules import it from here too
 from autotune.bench.peers import PeerUnavailable   # a builder raises it when its framework is missing
-
-
-def first_line(e: BaseException) -> str:
-    """The first line of ``Type: message``: one line for a table or a log."""
-    return (f"{type(e).__name__}: {e}".splitlines() or [type(e).__name__])[0]
 
 
 # ---- runners ----------------------------------------------------------------------------------

@@ -15,15 +15,13 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Callable, Hashable
 
+from autotune.backends.base import first_line
+
 # A caller whose inputs move (fresh arrays on every call) would otherwise grow these without
 # end: the graphs kept (each holds device resources) and the keys remembered, least recently
 # used dropped first.
 MAX_GRAPHS = 16
 MAX_SEEN = 256
-
-
-def _first_line(e: BaseException) -> str:
-    return (f"{type(e).__name__}: {e}".splitlines() or [type(e).__name__])[0]
 
 
 class PlanGraphs:
@@ -53,7 +51,7 @@ class PlanGraphs:
             try:
                 graph = self.rt.capture(issue)
             except Exception as e:
-                self.error, self.enabled = _first_line(e), False
+                self.error, self.enabled = first_line(e), False
                 return False
             self._graphs[key] = graph
             self.captures += 1
