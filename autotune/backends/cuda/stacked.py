@@ -33,24 +33,23 @@ class CudaStackedGemm:
         sib = checked_stack(w, members, {s.anchor: s.impl for s in cand.schedules},
                             lambda t: cand.layout(t, len(w.shapes[t])))
         self.members, self.rt = members, rt
-        f = gemm_form(w.op(members[0]))
+        forms = [gemm_form(w.op(m)) for m in members]
+        f = forms[0]
         # siblings share their operands' index names (search_spaces.siblings.sibling_sets)
         self.shared = f.a if sib.shared == "a" else f.b
-        self.others = tuple(gemm_form(w.op(m)).b if sib.shared == "a" else
-                            gemm_form(w.op(m)).a for m in members)
+        self.others = tuple(fm.b if sib.shared == "a" else fm.a for fm in forms)
         d_dims, s_dims = free_groups(f, sib.shared)
         self.d, self.s, self.k = stack_extents(w, sib, members[0])
-        rows = len(members) * self.d
-        if block.size != rows * self.s:
+        self.rows = len(members) * self.d          # of X and of the result
+        if block.size != self.rows * self.s:
             raise ValueError(f"stack {members}: a block of {block.size} elements does not hold "
                              f"{len(members)} results of {self.d} x {self.s}")
-        self.result = block.reshape(rows, self.s)
+        self.result = block.reshape(self.rows, self.s)
         self.scale = f.scale
         self.precision = stack_precision(w, [cand.schedule(m).precision for m in members])
-        op = w.op(members[0])
         # a member's differing operand in (D dims, K dims) order, and that shape
         self._x_order = tuple(self.others[0].idx.index(i) for i in d_dims + f.k)
-        self._x_shape = tuple(op.extent(i) for i in d_dims + f.k)
+        self._x_shape = tuple(w.op(members[0]).extent(i) for i in d_dims + f.k)
         self._y_groups = ((), f.k, s_dims)
         self._y_order = tuple(self.shared.idx.index(i) for i in f.k + s_dims)
         self.x = self.side_by_side_empty()
@@ -59,24 +58,23 @@ class CudaStackedGemm:
 
     def side_by_side_empty(self):
         """A fresh (sum D, K) device matrix for :meth:`side_by_side`."""
-        return self.rt.xp.empty((len(self.members) * self.d, self.k), dtype=self.result.dtype)
+        return self.rt.xp.empty((self.rows, self.k), dtype=self.result.dtype)
 
     def operand_sizes(self) -> tuple[int, int]:
         """Elements of X and Y (what a split of each needs)."""
-        return len(self.members) * self.d * self.k, self.k * self.s
+        return self.rows * self.k, self.k * self.s
 
     def side_by_side(self, env: dict, x) -> object:
         """``x`` filled with the members' differing operands, each scaled by the contraction's
         scale, member after member: X of the stacked GEMM."""
         for i, o in enumerate(self.others):
-            rows = x[i * self.d:(i + 1) * self.d].reshape(self._x_shape)
-            self.rt.copy(rows, env[o.tensor].transpose(self._x_order),
+            dst = x[i * self.d:(i + 1) * self.d].reshape(self._x_shape)
+            self.rt.copy(dst, env[o.tensor].transpose(self._x_order),
                          None if self.scale == 1.0 else self.scale)
         return x
 
     def _plan(self, y) -> GemmCall:
-        rows = len(self.members) * self.d
-        xm, cm = Mat(rows, self.k, self.k, 1, 0), Mat(rows, self.s, self.s, 1, 0)
+        xm, cm = Mat(self.rows, self.k, self.k, 1, 0), Mat(self.rows, self.s, self.s, 1, 0)
         got = mat3(y, self.shared.idx, self._y_groups)
         call = plan_gemm(xm, got[0], cm, 1) if got else "B"
         if call == "B":         # Y's storage does not nest K and S: copied contiguous
