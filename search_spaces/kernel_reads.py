@@ -74,19 +74,15 @@ def unit_stride_side(w: Workload, layout_of, read: KernelRead, groups) -> str:
     return ""
 
 
-def vector_side(w: Workload, layout_of, read: KernelRead, groups, ext: dict[str, int],
-                width: int = 4) -> str:
-    """The side of a (batch, rows, cols) tile of ``read`` ("cols" or "rows", else "") along
-    which ``width`` neighbouring elements, starting at a multiple of ``width``, are always
-    ``width`` neighbouring elements in storage on a ``width``-element boundary (given the
-    tensor starts on one): the side's innermost index (of extent > 1) has unit stride and an
-    extent ``width`` divides, and every other stride of the tensor is a multiple of
-    ``width``.  What a 16-byte copy of four floats needs."""
+def vector_cols(w: Workload, layout_of, read: KernelRead, groups, ext: dict[str, int],
+                width: int = 4) -> bool:
+    """Whether ``width`` neighbouring columns of a (batch, rows, cols) tile of ``read``,
+    starting at a multiple of ``width``, are always ``width`` neighbouring elements in storage
+    on a ``width``-element boundary (given the tensor starts on one): the columns' innermost
+    index (of extent > 1) has unit stride and an extent ``width`` divides, and every other
+    stride of the tensor is a multiple of ``width``.  What a 16-byte copy of four floats into a
+    row of a shared tile needs."""
     st = dict(zip(read.sub, strides(w.shapes[read.tensor], layout_of(read.tensor))))
-    if any(s % width for i, s in st.items() if s != 1 and ext.get(i, 1) > 1):
-        return ""
-    for side, grp in (("cols", groups[2]), ("rows", groups[1])):
-        live = [i for i in grp if ext[i] > 1]
-        if live and st.get(live[-1]) == 1 and ext[live[-1]] % width == 0:
-            return side
-    return ""
+    live = [i for i in groups[2] if ext[i] > 1]
+    return bool(live) and st.get(live[-1]) == 1 and ext[live[-1]] % width == 0 and \
+        all(s % width == 0 for i, s in st.items() if s != 1 and ext.get(i, 1) > 1)

@@ -39,7 +39,7 @@ from search_spaces.gemm import gemm_form, group_size
 from search_spaces.kernel import gpu_params
 from search_spaces.kernel_fusion import KernelParts, group_strides, kernel_parts
 from search_spaces.kernel_reads import (KernelRead, kernel_accesses, unit_stride_side,
-                                         vector_side)
+                                         vector_cols)
 from search_spaces.partition import Group
 from search_spaces.precision import kernel_precision
 from search_spaces.siblings import member_offsets
@@ -118,7 +118,7 @@ class MmaEmitter:
         # shared tile, whose rows are contiguous: along its columns (slices are multiples of
         # 8 along both sides, the extent along the vector a multiple of 4)
         vec = 4 if hook == "{x}" and fast_cols and tensor not in self.misaligned and \
-            vector_side(self.w, self.layout_of, read, groups, self.ext) == "cols" else 1
+            vector_cols(self.w, self.layout_of, read, groups, self.ext) else 1
         if fast_cols:
             r, c = (f"e / ({ncols} / {vec})", f"e % ({ncols} / {vec}) * {vec}")
         else:
