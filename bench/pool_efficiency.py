@@ -8,7 +8,7 @@ quarter of the space come to the best candidate of all of it?
 
 1. Every candidate of the workload's space (search_spaces.exhaustive walks its questions; the
    workload's [space] table keeps it small) is measured on the CPU backend in interleaved
-   rounds through the isolated worker (autotune.report.model_check.measure_rounds: every run
+   rounds through the isolated worker (autotune.report.check_rounds.measure_rounds: every run
    verified against the float64 reference; each candidate's time the median of its rounds).
 2. For each seed, `search()` runs with the CLI's configuration and a budget of ``fraction`` x
    the pool's size (pruned and failed trials count) from an empty plan database, its
@@ -51,7 +51,7 @@ from search_spaces.space import SearchSpace  # noqa: E402
 from autotune.backends.base import Measurement, MeasureSettings  # noqa: E402
 from autotune.backends.factory import backend_kind, resolve  # noqa: E402
 from autotune.backends.replay import NOT_RECORDED, ReplayBackend  # noqa: E402
-from autotune.report.model_check import measure_rounds  # noqa: E402
+from autotune.report.check_rounds import measure_rounds  # noqa: E402
 from autotune.search.config import SearchConfig  # noqa: E402
 from autotune.search.loop import search  # noqa: E402
 from autotune.search.state import REUSED  # noqa: E402

@@ -17,6 +17,9 @@ def model_check(workload: WorkloadArg = DEFAULT_WORKLOAD,
                 samples: int = typer.Option(40, help="random legal candidates measured "
                                                      "besides the named plans"),
                 rounds: int = typer.Option(3, help="interleaved rounds (the median is used)"),
+                confirm_rounds: int = typer.Option(
+                    5, help="more rounds of the candidates the top-1 regrets hinge on (each "
+                            "model's pick and the 3 fastest), among themselves; 0: none"),
                 folds: int = typer.Option(5, help="folds of the correction's cross-fitting"),
                 within: Optional[float] = typer.Option(
                     None, "--within", metavar="FACTOR",
@@ -37,6 +40,8 @@ def model_check(workload: WorkloadArg = DEFAULT_WORKLOAD,
         raise CliError("--samples must be at least 0")
     if rounds < 1:
         raise CliError("--rounds must be at least 1")
+    if confirm_rounds < 0:
+        raise CliError("--confirm-rounds must be at least 0")
     if folds < 2:
         raise CliError("--folds must be at least 2 (a fit is never scored on its own data)")
     if within is not None and not within > 0:
@@ -47,7 +52,8 @@ def model_check(workload: WorkloadArg = DEFAULT_WORKLOAD,
     from autotune.report.model_check import format_table, run_model_check
     w = load(workload, dims)
     check = run_model_check(w, device, db, samples, rounds, folds, seed, within,
-                            log=lambda s: typer.echo(s, err=True))
+                            log=lambda s: typer.echo(s, err=True),
+                            confirm_rounds=confirm_rounds)
     if fmt == "json":
         typer.echo(json.dumps(check.to_dict(), indent=2))
     else:

@@ -9,15 +9,18 @@ analytic model predicts within that factor of the best named plan) are measured 
 interleaved rounds (each round runs every candidate once, shuffled, through the isolated
 measuring worker; every run is verified against the float64 reference), and each candidate's
 time is the median of its rounds.  A candidate that fails or times out in a round is dropped
-from the later ones and left out of the figures (listed with its error).
+from the later ones and left out of the figures (listed with its error).  Then the candidates
+the top-1 regrets hinge on (:func:`hinges`: each model's pick and the three fastest) are
+measured ``confirm_rounds`` more rounds among themselves, and their times are the medians of
+all their rounds (:mod:`autotune.report.check_rounds` says why).
 
 The corrected predictions are cross-fitted: the candidates are dealt to ``folds`` folds, and
 each fold is predicted by a correction fitted on the other folds plus the plan database's
 measured trials of this device (those of the checked candidates left out), so no candidate is
 scored by a fit that saw it.  The correction is the one a search uses: group by group
 (:mod:`costmodel.group_correction`) when the backend timed every scored candidate's groups
-(the CPU backend does), on the totals (:mod:`costmodel.correction`) otherwise.  The figures (:mod:`costmodel.ranking`): Spearman's rho, Kendall's
-tau, the median absolute log error and the top-1 regret, each for the analytic and the
+(the CPU backend does), on the totals (:mod:`costmodel.correction`) otherwise.  The figures
+(:mod:`costmodel.ranking`): Spearman's rho, Kendall's tau, the median absolute log error and the top-1 regret, each for the analytic and the
 corrected predictions.  The measurements are stored in the plan database as trials of the
 study ``model-check`` (their median, every round's time, both predictions), so later fits and
 searches use them.
@@ -44,11 +47,11 @@ from search_spaces.space import SearchSpace
 from search_spaces.workload import Workload
 
 from autotune.backends.base import MeasureSettings
+from autotune.report.check_rounds import FIRST, State, confirm, measure_rounds
 from autotune.search.learning import Learner
 
 STUDY = "model-check"
-FIRST = ("unfused", "heuristic", "greedy")   # measured first in round one: a best to time against
-TIMEOUT_FACTOR = 10.0                        # a run may take this many times the best so far
+CONFIRM_TOP = 3                  # the fastest this many are confirmed, beside each model's pick
 FIGURES = ("spearman_rho", "kendall_tau", "median_abs_log_error", "top1_regret")
 
 
@@ -63,6 +66,7 @@ class CheckedCandidate:
     measured_s: float | None = None        # median over the rounds
     times: tuple[float, ...] = ()
     error: str = ""
+    confirmed: bool = False                # measured in the confirmation's rounds too
 
     def to_dict(self) -> dict:
         return {**asdict(self), "status": str(self.status), "times": list(self.times)}
@@ -79,6 +83,7 @@ class ModelCheck:
     samples: int                     # candidates measured and scored
     candidates: int                  # candidates chosen (named plans included)
     rounds: int
+    confirm_rounds: int              # more rounds of the candidates the figures hinge on
     folds: int
     db_samples: int                  # plan-DB samples each fold's fit also used
     figures: dict                    # FIGURES and their ``_corrected`` twins -> float | None
@@ -127,40 +132,17 @@ def choose(w: Workload, space: SearchSpace, predict: Callable[[Candidate], float
     return named + out
 
 
-def measure_rounds(backend, cands: list[Candidate], rounds: int, seed: int, floor_s: float,
-                   log: Callable[[str], None]
-                   ) -> dict[str, tuple[Status, list[float], str, list[dict]]]:
-    """Every candidate once per round, the named plans first in round one and the rest
-    shuffled; a failure drops a candidate from later rounds.  key -> (status, times, error,
-    each round's group seconds by anchor, where the backend times groups)."""
-    rng = np.random.default_rng(seed + 1)
-    state = {c.key: (Status.OK, [], "", []) for c in cands}
-    best = None
-    for r in range(rounds):
-        order = list(cands)
-        if r == 0:
-            head = [c for c in order if c.name in FIRST]
-            rest = [c for c in order if c.name not in FIRST]
-            order = head + [rest[i] for i in rng.permutation(len(rest))]
-        else:
-            order = [order[i] for i in rng.permutation(len(order))]
-        for i, c in enumerate(order):
-            status, times, _, groups = state[c.key]
-            if status != Status.OK:
-                continue
-            limit = max(floor_s, TIMEOUT_FACTOR * (best or 0)) * 3 + floor_s
-            m = backend.measure(c, limit, None)
-            label = c.name or c.key[:12]
-            if m.status != Status.OK:
-                state[c.key] = (Status.FAILED, times, m.error, groups)
-                log(f"round {r + 1}/{rounds} {i + 1}/{len(order)} {label}: failed: {m.error}")
-                continue
-            times.append(m.median_s)
-            if m.groups:
-                groups.append(dict(m.groups))
-            best = m.median_s if best is None else min(best, m.median_s)
-            log(f"round {r + 1}/{rounds} {i + 1}/{len(order)} {label}: {m.median_s:.4g} s")
-    return state
+def hinges(points) -> set[str]:
+    """The keys the top-1 regrets hinge on: the analytic and the corrected pick (the first of
+    equal predictions, as :func:`costmodel.ranking.top1_regret` takes it) and the
+    :data:`CONFIRM_TOP` fastest measured."""
+    ok = [p for p in points if p.status == Status.OK and p.measured_s is not None]
+    if not ok:
+        return set()
+    keys = {min(ok, key=lambda p: p.predicted_s).key}
+    if all(p.corrected_s is not None for p in ok):
+        keys.add(min(ok, key=lambda p: p.corrected_s).key)
+    return keys | {p.key for p in sorted(ok, key=lambda p: p.measured_s)[:CONFIRM_TOP]}
 
 
 def group_medians(rounds: list[dict]) -> dict[str, float]:
@@ -169,11 +151,12 @@ def group_medians(rounds: list[dict]) -> dict[str, float]:
     return {a: float(np.median([r[a] for r in rounds if a in r])) for a in sorted(anchors)}
 
 
-def score(w: Workload, cands, predicted: dict, state: dict, learner: Learner, folds: int,
-          seed: int):
-    """(points, figures, fold corrections, the correction fitted on everything).  Group by
-    group (:mod:`costmodel.group_correction`) when the backend timed every scored
-    candidate's groups, as a search would; on the totals otherwise."""
+def score(w: Workload, cands, predicted: dict, state: State, learner: Learner, folds: int,
+          seed: int, confirmed: frozenset[str] = frozenset()):
+    """(points, figures, fold corrections, the correction fitted on everything, the DB's
+    samples each fold also used).  Group by group (:mod:`costmodel.group_correction`) when
+    the backend timed every scored candidate's groups, as a search would; on the totals
+    otherwise.  ``confirmed``: the keys the confirmation measured (marked in the points)."""
     ok = [c for c in cands if state[c.key][0] == Status.OK and state[c.key][1]]
     measured = {c.key: float(np.median(state[c.key][1])) for c in ok}
     exclude = frozenset((w.hash, c.key) for c in cands)
@@ -198,7 +181,8 @@ def score(w: Workload, cands, predicted: dict, state: dict, learner: Learner, fo
         points.append(CheckedCandidate(c.name, c.key, status if scored else Status.FAILED,
                                        predicted[c.key], by_key.get(c.key),
                                        measured.get(c.key), tuple(times),
-                                       error or ("" if scored else "not measured")))
+                                       error or ("" if scored else "not measured"),
+                                       c.key in confirmed))
     figs = figures([s.analytic_s for s in samples], corrected, [s.measured_s for s in samples])
     notes = tuple(f"{c.kind}: {c.reason}" for c in fitted)
     return points, figs, notes, overall, len(extra)
@@ -206,8 +190,10 @@ def score(w: Workload, cands, predicted: dict, state: dict, learner: Learner, fo
 
 def run_model_check(w: Workload, device: str = "cpu", db=None, samples: int = 40,
                     rounds: int = 3, folds: int = 5, seed: int = 0, within: float | None = None,
-                    log: Callable[[str], None] | None = None) -> ModelCheck:
-    """Measure, cross-fit and score (see the module doc); the measurements go to the DB."""
+                    log: Callable[[str], None] | None = None, confirm_rounds: int = 5
+                    ) -> ModelCheck:
+    """Measure, confirm, cross-fit and score (see the module doc); the measurements go to the
+    DB."""
     from autotune.api import cache_root, open_db
     from autotune.backends.factory import backend_kind, resolve
     say = log or (lambda s: None)
@@ -229,10 +215,14 @@ def run_model_check(w: Workload, device: str = "cpu", db=None, samples: int = 40
         backend = kind.backend(w, seed, cache_root(store.path), MeasureSettings(repeats=1))
         try:
             state = measure_rounds(backend, cands, rounds, seed, kind.min_timeout_s, say)
+            confirmed = confirm(
+                backend, cands, state,
+                lambda st: hinges(score(w, cands, predicted, st, learner, folds, seed)[0]),
+                confirm_rounds, seed, kind.min_timeout_s, say)
         finally:
             backend.close()
         points, figs, notes, overall, n_extra = score(
-            w, cands, predicted, state, learner, folds, seed)
+            w, cands, predicted, state, learner, folds, seed, confirmed)
         store.add_workload(w.hash, w.name, json.dumps(w.canonical(), sort_keys=True))
         for c, p in zip(cands, points):
             store.append_trial(key, STUDY, TrialOutcome(
@@ -245,7 +235,7 @@ def run_model_check(w: Workload, device: str = "cpu", db=None, samples: int = 40
         store.close()
     return ModelCheck(w.name, dict(w.dims), env.kind, env.name,
                       sum(p.status == Status.OK for p in points), len(cands), rounds,
-                      max(1, min(folds, len(points))), n_extra, figs, notes,
+                      confirm_rounds if confirmed else 0, max(1, min(folds, len(points))), n_extra, figs, notes,
                       overall.to_dict(), tuple(points))
 
 
@@ -255,6 +245,8 @@ def format_table(mc: ModelCheck) -> str:
     lines = [f"{mc.workload} {dims} on {mc.device_name}: {mc.samples} of {mc.candidates} "
              f"candidates measured ({mc.rounds} interleaved rounds, medians); corrections "
              f"cross-fitted over {mc.folds} folds + {mc.db_samples} other trials of the DB",
+             f"confirmed: {sum(p.confirmed for p in mc.points)} candidates (each model's pick "
+             f"and the fastest) over {mc.confirm_rounds} more rounds",
              f"{'':24s}{'analytic':>12s}{'corrected':>12s}"]
     for name in FIGURES:
         a, c = mc.figures[name], mc.figures[name + "_corrected"]

@@ -27,21 +27,32 @@ def test_model_check_json_has_every_figure_and_stores_its_measurements(fast_tmp)
     require("matplotlib")
     db, png = fast_tmp / "p.sqlite", fast_tmp / "check.png"
     r = CliRunner().invoke(app, ["model-check", "gated_mlp", "--dims", DIMS, "--samples", "6",
-                                 "--db", str(db), "--format", "json", "--plot", str(png)])
+                                 "--confirm-rounds", "2", "--db", str(db), "--format", "json",
+                                 "--plot", str(png)])
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert set(KEYS) <= set(d)
     for k in KEYS:
         assert d[k] is not None and math.isfinite(d[k]), (k, d[k])
     assert d["samples"] == 9 and d["candidates"] == 9 and d["rounds"] == 3    # 6 + 3 named
+    assert d["confirm_rounds"] == 2
     assert -1 <= d["spearman_rho"] <= 1 and -1 <= d["kendall_tau"] <= 1
     assert d["top1_regret"] >= 0 and d["median_abs_log_error"] >= 0
     assert {p["name"] for p in d["points"]} >= {"unfused", "heuristic", "greedy"}
-    assert all(len(p["times"]) == 3 and p["status"] == "ok" for p in d["points"])
-    assert png.stat().st_size > 0 and "wrote" in r.stderr
+    pts = d["points"]
+    assert all(p["status"] == "ok" for p in pts)
+    # the confirmed (each pass measures all of them 2 more rounds) and the others
+    assert all(len(p["times"]) in (5, 7, 9) for p in pts if p["confirmed"])
+    assert all(len(p["times"]) == 3 for p in pts if not p["confirmed"])
+    # what the regrets compare was confirmed: each model's pick and the fastest
+    for by in ("predicted_s", "corrected_s", "measured_s"):
+        assert min(pts, key=lambda p: p[by])["confirmed"], by
+    assert 3 <= sum(p["confirmed"] for p in pts) <= 5
+    assert png.stat().st_size > 0 and "wrote" in r.stderr and "confirm 1/2" in r.stderr
     with PlanDB(db) as pdb:
         rows = [t for k in pdb.all_keys() for t in pdb.trials(k, "model-check")]
-    assert len(rows) == 9 and all(t.status == "ok" and len(t.times) == 3 for t in rows)
+    assert len(rows) == 9 and all(t.status == "ok" and len(t.times) >= 3 for t in rows)
+    assert sorted(len(t.times) for t in rows) == sorted(len(p["times"]) for p in pts)
     assert all(t.corrected_s is not None and t.predicted_s > 0 for t in rows)
     assert sorted(t.measured_s for t in rows) == sorted(p["measured_s"] for p in d["points"])
 
@@ -60,6 +71,7 @@ def test_the_plot_without_matplotlib_is_one_line_before_any_measurement(fast_tmp
 
 def test_bad_options_are_one_line_errors(fast_tmp):
     for args, what in ((["--folds", "1"], "--folds"), (["--rounds", "0"], "--rounds"),
+                       (["--confirm-rounds", "-1"], "--confirm-rounds"),
                        (["--within", "0"], "--within"), (["--samples", "-1"], "--samples")):
         r = CliRunner().invoke(app, ["model-check", "gated_mlp", "--dims", DIMS, *args,
                                      "--db", str(fast_tmp / "p.sqlite")])
