@@ -91,6 +91,13 @@ class Correction:
         older record, corrects nothing)."""
         return self.kind == CorrectionKind.RIDGE and tuple(self.features) == FEATURES
 
+    @property
+    def level(self) -> float:
+        """ln of the one factor that puts this fit's predictions on the measured scale over the
+        analytic one (the intercept, the mean residual; 0 for the fallback).  Rankings ignore
+        it; predictions of several fits are put on one scale by dividing it out."""
+        return self.intercept if self.active else 0.0
+
     def log_factor(self, x) -> float:
         """ln(corrected / analytic) for a feature vector ``x``."""
         if not self.active:

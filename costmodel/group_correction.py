@@ -98,6 +98,13 @@ class GroupCorrection:
     def kind(self) -> str:
         return "groups" if self.active else "analytic"
 
+    @property
+    def level(self) -> float:
+        """ln of the one factor that puts this fit's predictions on the measured scale over the
+        analytic one (``log_scale``, fitted or not).  Rankings ignore it; predictions of several
+        fits are put on one scale by dividing it out."""
+        return self.log_scale
+
     @functools.cached_property
     def lookup(self) -> tuple[dict[str, float], dict[str, float]]:
         """(signature -> seconds, workload -> glue seconds per group) as dicts, built once."""

@@ -84,7 +84,7 @@ def test_a_candidate_failing_in_its_confirmation_is_not_confirmed():
 
 
 def point(key, pred, corr, meas, status=Status.OK):
-    return CheckedCandidate("", key, status, pred, corr, meas)
+    return CheckedCandidate("", key, status, pred, corr, corr, meas)
 
 
 def test_hinges_are_each_models_pick_and_the_three_fastest():

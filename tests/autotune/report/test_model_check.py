@@ -6,6 +6,7 @@ import json
 import math
 import sys
 
+import pytest
 from typer.testing import CliRunner
 
 from autotune.backends.factory import backend_kind
@@ -13,6 +14,7 @@ from autotune.cli.app import app
 from autotune.report.model_check import FIGURES, choose
 from costmodel import estimate
 from costmodel.devices import CPU_DEFAULT
+from costmodel.group_features import GROUP_FEATURES
 from db.store import PlanDB
 from search_spaces.loader import load_workload
 from search_spaces.plans import named_plan
@@ -90,3 +92,59 @@ def test_the_draw_is_seeded_distinct_and_honours_within():
     near = choose(w, space, predict, 5, seed=3, within=1.5)[3:]
     assert near and all(predict(c) <= bar for c in near)
     assert any(predict(c) > bar for c in a[3:])           # without --within: any candidate
+
+
+class _Learner:
+    """What score() asks of a Learner, for candidates of two untimed-feature groups each."""
+
+    def __init__(self, feats):
+        self.feats = feats
+
+    def features(self, c):
+        return self.feats[c.key][0]
+
+    def group_obs(self, c):
+        from costmodel.group_correction import GroupObs
+        x, (a1, a2) = self.feats[c.key]
+        return (("g1", GroupObs("sig-" + c.key + "-1", tuple([0.0] * len(GROUP_FEATURES)), a1)),
+                ("g2", GroupObs("sig-" + c.key + "-2", tuple([0.0] * len(GROUP_FEATURES)), a2)))
+
+    def candidates(self, exclude):
+        return []
+
+    def samples(self, exclude):
+        return []
+
+
+def test_folds_that_fall_back_rank_exactly_as_the_analytic_model():
+    """Each fold's fallback carries its own measured/analytic scale; pooled as they are, the
+    folds' predictions reorder near-ties.  The rank figures divide each fold's scale out."""
+    from dataclasses import dataclass
+
+    import numpy as np
+
+    from autotune.report.model_check import score
+    from db.records import Status
+
+    @dataclass(frozen=True)
+    class C:
+        key: str
+        name: str = ""
+
+    rng = np.random.default_rng(5)
+    n = 40
+    cands = [C(f"c{i:02d}") for i in range(n)]
+    # analytic times 1.00 .. 1.39 ms (near-ties), measured = analytic x lognormal noise
+    analytic = {c.key: 1e-3 * (1 + 0.01 * i) for i, c in enumerate(cands)}
+    meas = {k: a * float(np.exp(rng.normal(0, 0.3))) for k, a in analytic.items()}
+    feats = {k: ((1.0,), (a / 2, a / 2)) for k, a in analytic.items()}
+    state = {k: (Status.OK, [m], "", [{"g1": m / 2, "g2": m / 2}]) for k, m in meas.items()}
+    w = type("W", (), {"hash": "w"})()
+    pts, figs, notes, _, _ = score(w, cands, analytic, state, _Learner(feats), 5, 0)
+    assert all(n.startswith("analytic") for n in notes), notes   # noise: nothing to learn
+    for name in ("spearman_rho", "kendall_tau", "top1_regret"):
+        assert figs[name + "_corrected"] == figs[name], name
+    assert [p.ranked_s for p in pts] == pytest.approx([analytic[c.key] for c in cands])
+    # the corrected seconds keep their folds' scales, which differ (what the pooling undoes)
+    ratios = {round(p.corrected_s / p.predicted_s, 9) for p in pts}
+    assert len(ratios) > 1
