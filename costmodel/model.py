@@ -66,6 +66,15 @@ def far_regions(shape, perm, box, item: int) -> int:
     return regions
 
 
+# The loop rate's share an update (+=, max=) reaches when its innermost loop gathers an operand
+# (into a target whose lines stay in the first-level cache): GCC's scalar code, unrolled over the independent targets, not the
+# one-lane rate (1 / vector_width) of a strided vector loop.  Measured (2 cores, AVX-512, GCC
+# 12) on 11 such groups of attention, causal_attention, msa_row_attention and the triangle
+# attentions (their q, k, v projections tiled so that the head dim's tile is 1 or 2): 0.16 to
+# 0.56 of the loop rate, median 0.43 (attention's q 2.5 ms, triangle_attention_starting's qh
+# 160 ms, both priced 8.5 and 545 ms at the one-lane rate).
+GATHERED_UPDATE_VEC = 0.4
+
 _MEMO = GroupMemo()   # loop and kernel groups' prices, reused by candidates that price them alike
 
 
@@ -191,7 +200,7 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
             chained += mp.executions * f       # accumulated in one register chain
         # a strided walk in the innermost loop (any operand, tile buffers included) turns
         # vector loads into gathers: count the loop as scalar
-        walks_strided = False
+        walks_strided = gathers = scatters = False
         for acc in op.reads():
             if inner not in acc.idx:
                 continue
@@ -203,7 +212,7 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
                 st = strides(w.shapes[acc.tensor], layout_of(acc.tensor))
             if st[acc.idx.index(inner)] != 1:
                 vec = min(vec, 1.0 / dev.vector_width)
-                walks_strided = True
+                walks_strided = gathers = True
         # so does a write (or a sum's read-modify-write) walked with a stride whose lines
         # come back late; one whose lines stay in L1 only stores element by element (the
         # heuristic trimul's layer norm into channel-first tn: 0.06-0.09 s, predicted 0.03 s
@@ -221,7 +230,12 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
                     wst, mp.order, nest, item)
                 far = write_conflict or revisited_far(wst, mp.order, nest)
                 vec = min(vec, 1.0 / dev.vector_width if far else 0.5)
-                walks_strided = True
+                walks_strided, scatters = True, far
+        if gathers and not scatters and op.reduction and inner in op.parallel \
+                and dev.kind == "cpu":
+            # an update that gathers (into a target whose lines stay near) is left to GCC's
+            # own code (codegen's _Emitter.gathers): scalar, unrolled over independent targets
+            vec = GATHERED_UPDATE_VEC
         if walks_strided:
             strided += mp.executions * f
         compute_s += mp.executions * (f + transcendental_weight(op.expr, dev)) \
