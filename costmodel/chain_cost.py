@@ -20,7 +20,8 @@ from search_spaces.tile_work import dealt_share, masked_chain_work
 from .devices import DeviceSpec
 from .kernel_cost import peak_flops
 from .estimate import FusedProducer, GroupCost
-from .rates import loop_launch_s, loop_occupancy, read_waste, tile_overhead_s, transcendental_weight
+from .rates import (loop_launch_s, loop_occupancy, read_waste, reduction_gain,
+                    tile_overhead_s, transcendental_weight)
 
 
 def _row_acc(chain: Chain, anchor, tiles) -> tuple[dict[str, int], int]:
@@ -65,8 +66,11 @@ def _lanes(w, chain: Chain, name: str, block: int, box: dict, layout_of,
     if walk_innermost(w, chain, name, inner, layout_of):
         return min(1.0, block / dev.vector_width)
     vec = min(1.0, ext / dev.vector_width)
-    return min(vec, 1.0 / dev.vector_width) if walks_strided(w, chain, name, inner,
-                                                              layout_of) else vec
+    strided = walks_strided(w, chain, name, inner, layout_of)
+    if strided:
+        vec = min(vec, 1.0 / dev.vector_width)
+    # a score summing over its own index innermost: a register's running sum, as in a loop
+    return vec * reduction_gain(dev, strided) if name != chain.contraction else vec
 
 
 # The share of the FMA peak a chain's products reach with their sums in vector registers and

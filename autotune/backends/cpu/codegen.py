@@ -221,9 +221,12 @@ class _Emitter(LoopEmitter):
         GCC's own judgement, without ``omp simd``: forced to vectorise, GCC 12 assembled
         each vector from strided scalars and stalled on it.  attention's q[h,s,d] +=
         x[s,c] * w_q[c,h,d] walked s innermost (x gathered, 1 KiB apart): 83 ms a call with the
-        pragma, 2.5 ms without (GCC's scalar code, unrolled); 40-45 ms and 1.9-2.5 ms for two
-        tilings of its siblings (2 cores, AVX-512).  Left alone elsewhere: the assignments and
-        layer norms that gather ran as fast or faster with the pragma."""
+        pragma, 2.5 ms without (GCC's scalar code, unrolled); triangle_attention_starting's
+        qh 1.50 s and 0.16 s.  Over the groups of the built-ins' model-check candidates this
+        changes, seven ran 9-33x faster and the rest within noise (2 cores, AVX-512).  Left
+        alone elsewhere: assignments that gather ran up to 2.6x slower without the pragma
+        (pair_transition's layer norm), and a private row's update (_private_reduction) went
+        either way (0.7x and 1.3x)."""
         def walk(e, names: dict[str, str]) -> bool:
             for acc in accesses(e):
                 idx = tuple(names.get(i, i) for i in acc.idx)
