@@ -67,13 +67,15 @@ def far_regions(shape, perm, box, item: int) -> int:
 
 
 # The loop rate's share an update (+=, max=) reaches when its innermost loop gathers an operand
-# (into a target whose lines stay in the first-level cache): GCC's scalar code, unrolled over the independent targets, not the
-# one-lane rate (1 / vector_width) of a strided vector loop.  Measured (2 cores, AVX-512, GCC
-# 12) on 11 such groups of attention, causal_attention, msa_row_attention and the triangle
-# attentions (their q, k, v projections tiled so that the head dim's tile is 1 or 2): 0.16 to
-# 0.56 of the loop rate, median 0.43 (attention's q 2.5 ms, triangle_attention_starting's qh
-# 160 ms, both priced 8.5 and 545 ms at the one-lane rate).
-GATHERED_UPDATE_VEC = 0.4
+# (into a target whose lines stay in the first-level cache): GCC's scalar code, unrolled over
+# the independent targets (codegen's _Emitter.gathers), not the one-lane rate (1 /
+# vector_width) of a strided vector loop.  Measured (2 cores, AVX-512, GCC 12): 11 such groups
+# of the attention family (q, k, v projections with the head dim tiled by 1 or 2) ran 0.16 to
+# 0.56 of the loop rate, median 0.43; trimul's at N=702 (projections over 63 MB operands)
+# 0.08-0.1.  Chosen by the model-check rank figures of the seven built-ins re-measured after
+# the change: 0.125 / 0.2 / 0.25 / 0.3 / 0.4 gave mean Spearman rho 0.759 / 0.753 / 0.753 /
+# 0.749 / 0.744, and a corrected top-1 regret over 10 % (attention's) at 0.125 and 0.2 only.
+GATHERED_UPDATE_VEC = 0.25
 
 _MEMO = GroupMemo()   # loop and kernel groups' prices, reused by candidates that price them alike
 

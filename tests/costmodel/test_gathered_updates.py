@@ -36,7 +36,7 @@ def test_a_gathering_update_runs_at_its_share_of_the_loop_rate(tiles):
     at_share = g.flops / (CPU_DEFAULT.loop_flops * GATHERED_UPDATE_VEC)
     assert at_share <= g.predicted_s < 1.05 * at_share
     one_lane = g.flops / (CPU_DEFAULT.loop_flops / CPU_DEFAULT.vector_width)
-    assert g.predicted_s < 0.5 * one_lane
+    assert g.predicted_s < 0.6 * one_lane
     # the same statement walking d unit-stride stays the faster loop
     assert _q_group((2, 8, 32), CPU_DEFAULT).predicted_s < g.predicted_s
 
