@@ -20,7 +20,7 @@ from search_spaces.chain import detect
 from search_spaces.partition import groups, materialized
 from search_spaces.footprint import accumulates_in_tile, strides, tile_dealing
 from search_spaces.inlining import inlined_members
-from search_spaces.ir import Access, accesses
+from search_spaces.ir import Access
 from search_spaces.serial import loop_group_serial
 from search_spaces.tile_work import dealing_order, masked_chain_work
 from search_spaces.workload import Workload
@@ -28,6 +28,7 @@ from search_spaces.workload import Workload
 from autotune.backends.buffers import ALIGN
 from autotune.backends.chain_loops import ChainLoops
 from autotune.backends.cpu.prelude import EXP_BOUNDS, PRELUDE  # noqa: F401 (re-exported)
+from autotune.backends.cpu.strided_walk import walks_a_stride
 from autotune.backends.loops import LoopEmitter
 
 
@@ -214,32 +215,10 @@ class _Emitter(LoopEmitter):
                        f"L_{mp.op}[{off}];", simd=True)
 
     def gathers(self, op, inner: str) -> bool:
-        """Whether ``op``'s statement (its target and every access, those of the members
-        inlined into it included) walks a stride along ``inner``, its innermost loop.
-
-        Why it matters: an update (``+=``, ``max=``) whose innermost loop gathers is left to
-        GCC's own judgement, without ``omp simd``: forced to vectorise, GCC 12 assembled
-        each vector from strided scalars and stalled on it.  attention's q[h,s,d] +=
-        x[s,c] * w_q[c,h,d] walked s innermost (x gathered, 1 KiB apart): 83 ms a call with the
-        pragma, 2.5 ms without (GCC's scalar code, unrolled); triangle_attention_starting's
-        qh 1.50 s and 0.16 s.  Over the groups of the built-ins' model-check candidates this
-        changes, seven ran 9-33x faster and the rest within noise (2 cores, AVX-512).  Left
-        alone elsewhere: assignments that gather ran up to 2.6x slower without the pragma
-        (pair_transition's layer norm), and a private row's update (_private_reduction) went
-        either way (0.7x and 1.3x)."""
-        def walk(e, names: dict[str, str]) -> bool:
-            for acc in accesses(e):
-                idx = tuple(names.get(i, i) for i in acc.idx)
-                if acc.tensor in self.inlined:
-                    src = self.w.op(acc.tensor)
-                    if walk(src.expr, dict(zip(src.parallel, idx))):
-                        return True
-                elif inner in idx and self._stride(acc.tensor, idx.index(inner)) not in (0, 1):
-                    return True
-            return False
-        own = inner in op.parallel and \
-            self._stride(op.out, op.parallel.index(inner)) not in (0, 1)
-        return own or walk(op.expr, {})
+        """Whether ``op``'s statement walks a stride along ``inner``, its innermost loop: an
+        update that does runs without ``omp simd`` (:func:`.strided_walk.walks_a_stride`
+        gives the reasons)."""
+        return walks_a_stride(op, inner, self._stride, self.inlined, self.w.op)
 
     def _stride(self, tensor: str, dim: int) -> int:
         """The element stride of ``tensor``'s dim ``dim`` in the buffer :meth:`ref` names."""
