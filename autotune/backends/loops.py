@@ -100,6 +100,13 @@ class LoopEmitter:
             return self.global_offset(tensor, idx, var)
         return self.tile_offset(tensor, idx, var)
 
+    def stride(self, tensor: str, dim: int) -> int:
+        """The element stride of ``tensor``'s dim ``dim`` in the buffer :meth:`ref` names (the
+        stride :meth:`offset` multiplies that dim's index by)."""
+        if not self.local(tensor):
+            return strides(self.w.shapes[tensor], self.layout_of(tensor))[dim]
+        return self.buf_strides(tensor)[dim]
+
     def buf_strides(self, tensor: str) -> tuple[int, ...]:
         """Element strides of ``tensor``'s tile buffer: row-major over :meth:`buf_shape`."""
         shape = self.buf_shape(tensor)

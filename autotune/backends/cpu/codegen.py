@@ -218,13 +218,7 @@ class _Emitter(LoopEmitter):
         """Whether ``op``'s statement walks a stride along ``inner``, its innermost loop: an
         update that does runs without ``omp simd`` (:func:`.strided_walk.walks_a_stride`
         gives the reasons)."""
-        return walks_a_stride(op, inner, self._stride, self.inlined, self.w.op)
-
-    def _stride(self, tensor: str, dim: int) -> int:
-        """The element stride of ``tensor``'s dim ``dim`` in the buffer :meth:`ref` names."""
-        if self.local(tensor):
-            return self.buf_strides(tensor)[dim]
-        return strides(self.w.shapes[tensor], self.layout_of(tensor))[dim]
+        return walks_a_stride(op, inner, self.stride, self.inlined, self.w.op)
 
     def private_width(self, mp) -> int:
         """Elements of each output element's private row where ``mp``'s reduction keeps its
