@@ -87,8 +87,10 @@ def dist_version(dist: str) -> str | None:
 
 def _libraries(extra: dict[str, str] | None = None) -> tuple[tuple[str, str], ...]:
     # Imported here, not at module level: autotune/__init__ may import this module.
+    from autotune.code_version import LIBRARY, code_version
     from autotune.version import __version__
-    libs = {"autotune": __version__, "numpy": dist_version("numpy") or "",
+    libs = {"autotune": __version__, LIBRARY: code_version(),
+            "numpy": dist_version("numpy") or "",
             "optuna": dist_version("optuna") or "", "python": platform.python_version(),
             "cc": compiler_version(), **(extra or {})}
     return tuple(sorted(libs.items()))

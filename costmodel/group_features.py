@@ -99,10 +99,12 @@ def group_features(w: Workload, cand: Candidate, g: GroupCost, dev: DeviceSpec
             *kern, *pairs)
 
 
-def group_signature(w: Workload, cand: Candidate, g: GroupCost) -> str:
+def group_signature(w: Workload, cand: Candidate, g: GroupCost, code: str = "") -> str:
     """What identifies the code group ``g`` of ``cand`` runs (see the module doc): sha256 over
     the workload's dims and dtype, the group's op definitions, its schedule, the fusion edges
-    inside it and the layouts of the tensors it reads and writes."""
+    inside it, the layouts of the tensors it reads and writes, and ``code``: the version of
+    the code generator that ran it (``autotune.code_version``; a group measured under another
+    generator ran other code)."""
     ops = sorted(g.ops)
     made = set(ops)
     touched = sorted({t for o in ops for t in w.op(o).inputs() if t not in made} | {g.anchor})
@@ -110,6 +112,7 @@ def group_signature(w: Workload, cand: Candidate, g: GroupCost) -> str:
     body = {"dims": sorted(dict(w.dims).items()), "dtype": w.dtype,
             "ops": [repr(w.op(o)) for o in ops],
             "schedule": cand.schedule(g.anchor).to_dict(), "fused": inside,
-            "layouts": {t: list(cand.layout(t, len(w.shapes[t]))) for t in touched}}
+            "layouts": {t: list(cand.layout(t, len(w.shapes[t]))) for t in touched},
+            "code": code}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:24]

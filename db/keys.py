@@ -86,5 +86,17 @@ def stale_reasons(parts: dict, current) -> list[str]:
     cur = current.parts() if isinstance(current, PlanKey) else dict(current)
     names = {"space_version": "search space", "device_json": "device",
              "libraries_json": "library versions", "schema_version": "schema"}
-    return [label for col, label in names.items()
+    return [_which(label, parts[col], cur[col]) if col == "libraries_json" else label
+            for col, label in names.items()
             if col in cur and str(parts[col]) != str(cur[col])]
+
+
+def _which(label: str, stored: str, current: str) -> str:
+    """``label`` with the names of the libraries whose versions differ ("library versions
+    (codegen)": the code generator changed), where both rows parse."""
+    try:
+        a, b = json.loads(stored), json.loads(current)
+        diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    except (ValueError, AttributeError):
+        return label
+    return f"{label} ({', '.join(diff)})" if diff else label

@@ -226,7 +226,7 @@ def run_model_check(w: Workload, device: str = "cpu", db=None, samples: int = 40
     try:
         key = PlanKey.for_env(w.hash, env)
         learner = Learner(w, dev)
-        learner.load(store, key.device_json)
+        learner.load(store, key)
         cands = choose(w, space, lambda c: learner.predict(c)[0].total_s, samples, seed, within)
         predicted = {c.key: learner.predict(c)[0].total_s for c in cands}
         others = len(learner.samples(exclude=frozenset((w.hash, c.key) for c in cands)))

@@ -2,7 +2,10 @@
 
 At the start it is fitted on the plan database's measured trials of this device, of every
 workload whose candidates can be rebuilt here (the search's own workload, and built-ins at any
-dims); while the search runs it is refitted every ``refit_every`` measured candidates.  Each
+dims); while the search runs it is refitted every ``refit_every`` measured candidates.  Trials
+measured under another code generator (``autotune.code_version``) teach through their features
+only: their groups' signatures carry that version (no group time of theirs stands for today's
+code) and they count as a workload of their own.  Each
 distinct (workload, candidate) is one sample, its measurements merged by their median; the
 search's own workload weighs 1, others :data:`OTHER_WEIGHT`: what other workloads teach about
 the device transfers through the features, but this workload's residuals matter most.
@@ -17,6 +20,7 @@ import json
 import statistics
 from dataclasses import dataclass, field
 
+from autotune.code_version import code_version, stored_code_version
 from costmodel import estimate
 from costmodel import group_correction as gc
 from costmodel.correction import Correction, Sample, fit, predict
@@ -24,6 +28,7 @@ from costmodel.devices import DeviceSpec
 from costmodel.estimate import CostEstimate
 from costmodel.features import features
 from costmodel.group_features import group_features, group_signature
+from db.keys import PlanKey
 from db.records import Status, StoredTrial
 from search_spaces.rewrite import rewritten
 from search_spaces.candidate import Candidate
@@ -44,11 +49,14 @@ class _Point:
     group_times: list[dict[str, float]] = field(default_factory=list)   # per measurement
 
 
-def group_obs(w: Workload, cand: Candidate, est: CostEstimate, dev: DeviceSpec
+def group_obs(w: Workload, cand: Candidate, est: CostEstimate, dev: DeviceSpec, code: str
               ) -> tuple[tuple[str, gc.GroupObs], ...]:
-    """(anchor, group without a time) of each group of ``cand`` priced ``est``."""
+    """(anchor, group without a time) of each group of ``cand`` priced ``est``; ``code``: the
+    version of the code that ran it (``autotune.code_version``), part of each group's
+    signature, so that a group time measured under another code generator is never taken for
+    today's."""
     rw = rewritten(w, cand)
-    return tuple((g.anchor, gc.GroupObs(group_signature(rw, cand, g),
+    return tuple((g.anchor, gc.GroupObs(group_signature(rw, cand, g, code),
                                         group_features(rw, cand, g, dev), g.predicted_s))
                  for g in est.groups)
 
@@ -71,6 +79,8 @@ class Learner:
 
     def __init__(self, w: Workload, dev: DeviceSpec, refit_every: int = REFIT_EVERY):
         self.w, self.dev, self.refit_every = w, dev, max(1, refit_every)
+        # the code version of what this learner observes (its search's plan key sets it)
+        self.code = code_version()
         self.correction = Correction()
         self.groups_fit = gc.GroupCorrection()
         self._points: dict[tuple[str, str], _Point] = {}
@@ -90,7 +100,7 @@ class Learner:
     def _groups(self, cand: Candidate):
         est, x, groups = self._entry(cand)
         if groups is None:
-            groups = group_obs(self.w, cand, est, self.dev)
+            groups = group_obs(self.w, cand, est, self.dev, self.code)
             self._cache[cand.key] = (est, x, groups)
         return groups
 
@@ -156,12 +166,15 @@ class Learner:
             return False
         return self.observe(cand, t.measured_s, t.groups)
 
-    def load(self, db, device_json: str) -> int:
-        """Add the measured trials of this device from the plan DB (see the module doc) and
-        fit; returns how many trials were used."""
+    def load(self, db, key: PlanKey) -> int:
+        """Add the measured trials of ``key``'s device from the plan DB (see the module doc)
+        and fit; returns how many trials were used.  ``key`` is the one this learner's own
+        measurements go under: its code version is theirs."""
+        self.code = stored_code_version(key.libraries_json)
+        self._cache.clear()
         workloads: dict[str, Workload | None] = {self.w.hash: self.w}
         used = 0
-        for t in db.measured_trials(device_json, DB_LIMIT):
+        for t in db.measured_trials(key.device_json, DB_LIMIT):
             whash = t.key.workload_hash
             if whash not in workloads:
                 row = db.workload(whash)
@@ -176,9 +189,13 @@ class Learner:
             except Exception:      # a candidate this space version cannot price
                 continue
             self._seen_ids.add(t.id)
-            groups = group_obs(w, cand, est, self.dev) if t.groups else ()
-            self._add(whash, cand.key, features(rewritten(w, cand), est, self.dev), est.total_s,
-                      t.measured_s, groups, t.groups)
+            code = stored_code_version(t.key.libraries_json)
+            groups = group_obs(w, cand, est, self.dev, code) if t.groups else ()
+            # measured under another code generator: a population of its own (ranked apart,
+            # weighed as another workload), never merged with today's times of the candidate
+            sample = whash if code == self.code else f"{whash}@{code or 'unversioned'}"
+            self._add(sample, cand.key, features(rewritten(w, cand), est, self.dev),
+                      est.total_s, t.measured_s, groups, t.groups)
             used += 1
         self.refit()
         return used

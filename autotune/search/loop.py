@@ -59,7 +59,7 @@ def search(w: Workload, space: SearchSpace, backend, db: PlanDB, key: PlanKey, d
     db.add_workload(w.hash, w.name, json.dumps(w.canonical(), sort_keys=True))
     s = SearchState(w, space, backend, dev, config, memory_available)
     if config.learn:     # what this device's measured trials teach, before the first trial
-        s.learner.load(db, key.device_json)
+        s.learner.load(db, key)
     if config.storage:
         from autotune.search.shared import search_shared
         s.prepare_backend()      # inputs and reference while the shared study is set up

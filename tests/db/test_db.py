@@ -147,7 +147,7 @@ def test_stale_rows_and_prune(tmp_path):
         pdb.add_trial(cur, "s", 0, T(C("a"), OK, 1.0, 2.0))
         stale = pdb.stale_rows(cur)
         assert [(r["plan_key"], r["reasons"], r["trials"], r["has_best"]) for r in stale] \
-            == [(old.key, ["library versions"], 2, True)]
+            == [(old.key, ["library versions (optuna)"], 2, True)]
         assert pdb.prune(pdb.all_keys() - {r["plan_key"] for r in stale}) == 3
         assert pdb.all_keys() == {cur.key} and pdb.best(old.key) is None
 
@@ -371,7 +371,7 @@ def test_schema1_database_is_migrated(tmp_path, source):
                    for r in rows)
         assert {r.key.schema_version for r in rows} == {SCHEMA_VERSION}
         assert pdb.trial_counts(cur.key) == {"ok": 2, "failed": 1, "pruned": 1}
-        assert pdb.stale_rows(cur)[0]["reasons"] == ["library versions"]
+        assert pdb.stale_rows(cur)[0]["reasons"] == ["library versions (numpy)"]
         assert pdb.check() == []
         # the migrated database takes new trials with the new columns
         pdb.add_trial(cur, "tpe-seed0", 4, T(C("e"), OK, 0.2, 1.2, times=[1.2], rel_err=1e-6))
@@ -509,7 +509,7 @@ def test_cli_cache_prune_deletes_stale_rows(tmp_path):
     assert set(full.values()) == {(2, True)}
     r = runner.invoke(app, ["cache", "prune", "--db", str(p), "--dry-run"])
     assert r.exit_code == 0, r.output
-    assert f"stale {libs.key[:16]}: library versions changed (2 trials, best plan)" in r.stdout
+    assert f"stale {libs.key[:16]}: library versions (numpy) changed (2 trials, best plan)" in r.stdout
     assert f"stale {dev.key[:16]}: device changed" in r.stdout
     assert cur.key[:16] not in r.stdout
     assert "2 stale key(s); nothing deleted (--dry-run)" in r.stdout

@@ -115,7 +115,7 @@ def test_the_correction_starts_from_the_devices_measured_trials(w, space, fresh_
     other = load_workload("gated_mlp", {"T": 256})
     assert other.hash != w.hash
     learner = Learner(other, DEV)
-    used = learner.load(fresh_db, fake_key(other).device_json)
+    used = learner.load(fresh_db, fake_key(other))
     assert used == len([t for t in fresh_db.trials(fake_key(w).key) if t.status == "ok"])
     assert learner.correction.active and learner.fits == 1
     assert {s.weight for s in learner.samples()} == {0.5}          # none of its own yet
@@ -130,7 +130,7 @@ def test_rows_read_twice_count_once_and_fresh_measurements_refit(w, space, fresh
         Distorted(w, DEV, sigma=0.05))
     rows = fresh_db.trials(fake_key(w).key)
     learner = Learner(w, DEV, refit_every=3)
-    learner.load(fresh_db, fake_key(w).device_json)
+    learner.load(fresh_db, fake_key(w))
     n = len(learner.samples())
     assert n == len({r.to_candidate().key for r in rows if r.status == "ok"})
     assert not any(learner.observe_stored(r) for r in rows)         # replayed: seen already
@@ -183,7 +183,7 @@ def test_timed_groups_are_stored_and_the_group_fit_corrects_by_kind_of_group(w, 
         est = estimate(w, r.to_candidate(), DEV)
         assert [a for a, _ in r.groups] == [g.anchor for g in est.groups]
     learner = Learner(w, DEV)
-    learner.load(fresh_db, fake_key(w).device_json)
+    learner.load(fresh_db, fake_key(w))
     assert learner.groups_fit.active and learner.active
     assert learner.groups_fit.cv_rho > learner.groups_fit.cv_rho_analytic
     # unseen candidates: the group fit's predictions are close to the truth, the analytic not
@@ -195,3 +195,29 @@ def test_timed_groups_are_stored_and_the_group_fit_corrects_by_kind_of_group(w, 
     corrected = err(learner.seconds)
     analytic = err(lambda c: estimate(w, c, DEV).total_s)
     assert corrected[len(fresh) // 2] < analytic[len(fresh) // 2] / 3
+
+
+def test_group_times_of_another_code_generator_are_never_taken_for_todays(w, space, fresh_db):
+    """Trials stored under another code version (``autotune.code_version``: the plan key's
+    ``codegen`` library) teach through their features only: none of their group times is
+    memorised for today's signatures, and they rank as a population of their own; under
+    their own code version the same rows are memorised."""
+    import json
+
+    from db.keys import PlanKey
+    run(w, space, fresh_db, dataclasses.replace(CONFIG, seed=4),
+        GroupDistorted(w, DEV, sigma=0.02))
+    measured = [r.to_candidate() for r in fresh_db.trials(fake_key(w).key)
+                if r.status == "ok" and r.groups]
+    own, newer = fake_key(w), PlanKey(**{**fake_key(w).parts(),
+                                         "libraries_json": json.dumps({"codegen": "newer"})})
+    hits = {}
+    for key in (own, newer):
+        learner = Learner(w, DEV)
+        learner.load(fresh_db, key)
+        assert learner.groups_fit.active
+        memo = dict(learner.groups_fit.memo)
+        hits[key.key] = sum(g.signature in memo for c in measured for _, g in learner.group_obs(c))
+        populations = {s.group for s in learner.samples()}
+        assert populations == ({w.hash} if key is own else {f"{w.hash}@unversioned"})
+    assert hits[own.key] >= len(measured) and hits[newer.key] == 0

@@ -202,17 +202,19 @@ def test_load_best_with_empty_db_warns_and_runs_the_heuristic_plan(w, tmp_path):
     assert_matches_reference(w, fn, seed=5)
 
 
-@pytest.mark.parametrize("part", ["libraries_json", "device_json", "space_version"])
+@pytest.mark.parametrize("part", ["libraries_json", "codegen", "device_json", "space_version"])
 def test_load_best_ignores_a_plan_cached_for_other_versions(w, tmp_path, part):
+    """``codegen``: the plan was measured with other generated code (autotune.code_version)."""
     path = tmp_path / "p.sqlite"
     current = cpu_key(w)
     parts = current.parts()
     if part == "space_version":
         parts[part] = parts[part] + "-old"
     else:
-        d = json.loads(parts[part])
-        d["numpy" if part == "libraries_json" else "name"] = "0.0.1-other"
-        parts[part] = json.dumps(d, sort_keys=True)
+        col = "device_json" if part == "device_json" else "libraries_json"
+        d = json.loads(parts[col])
+        d[{"libraries_json": "numpy", "codegen": "codegen"}.get(part, "name")] = "0.0.1-other"
+        parts[col] = json.dumps(d, sort_keys=True)
     other = PlanKey(**parts)
     assert other.key != current.key
     foreign = named_plan(SearchSpace(w, backend_kind("cpu").tile_bounds), "unfused")
@@ -222,7 +224,8 @@ def test_load_best_ignores_a_plan_cached_for_other_versions(w, tmp_path, part):
         assert db.add_trial(other, "tpe-seed0", 0, TrialOutcome(foreign, Status.OK, 1e-3, 1e-9))
         assert db.best(other.key) is not None          # it is cached ... under the other key
         assert db.best(current.key) is None
-    label = {"libraries_json": "library versions", "device_json": "device",
+    label = {"libraries_json": r"library versions \(numpy\)",
+             "codegen": r"library versions \(codegen\)", "device_json": "device",
              "space_version": "search space"}[part]
     with pytest.warns(NoCachedPlanWarning,
                       match=rf"plans cached for trimul_outgoing do not apply here \({label} "
