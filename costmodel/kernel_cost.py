@@ -22,7 +22,7 @@ import math
 
 from search_spaces.candidate import IMPL_KERNEL
 from search_spaces.kernel_fusion import batch_split, group_strides, kernel_parts, pair_operands
-from search_spaces.gemm import as_matrix_view, gemm_form, group_size, operand_groups
+from search_spaces.gemm import as_matrix_view, gemm_form, group_size, operand_groups, staged_run
 from search_spaces.ir import accesses
 from search_spaces.kernel import OUTER_A, SPLIT_BATCH, KernelParams, pair_params
 from search_spaces.partition import Group
@@ -30,7 +30,7 @@ from search_spaces.serial import kernel_serial
 
 from .devices import DeviceSpec
 from .estimate import FusedProducer, GroupCost
-from .rates import GEMM_FLOOR, SMALL_GEMM, kernel_launch_s, transcendental_weight
+from .rates import GEMM_FLOOR, SMALL_GEMM, copy_waste, kernel_launch_s, transcendental_weight
 
 
 def tile_use(extent: int, tile: int) -> float:
@@ -39,11 +39,12 @@ def tile_use(extent: int, tile: int) -> float:
 
 
 def kernel_operands(w, fused, anchor: str, layout_of, item: int):
-    """The group's KernelParts and (tensor, bytes, role, copied) for everything the kernel
-    group anchored at ``anchor`` touches: what it packs as A and B (``role`` "a", "b": the
-    operand, or its prologue's main input), C ("c"), the prologues' other tensors (read with
-    their operand: "a", "b") and the epilogue's ("e"); ``copied``: bytes the executor copies
-    first (a tensor no strided view expresses)."""
+    """The group's KernelParts and (tensor, bytes, role, copied, run) for everything the
+    kernel group anchored at ``anchor`` touches: what it packs as A and B (``role`` "a", "b":
+    the operand, or its prologue's main input), C ("c"), the prologues' other tensors (read
+    with their operand: "a", "b") and the epilogue's ("e"); ``copied``: bytes the executor
+    copies first (a tensor no strided view expresses), in runs of ``run`` contiguous elements
+    on both sides (``search_spaces.gemm.staged_run``; 1 for a broadcast copy)."""
     parts = kernel_parts(w, fused, anchor)
     p = parts.contraction
     op = w.op(p)
@@ -75,14 +76,16 @@ def kernel_operands(w, fused, anchor: str, layout_of, item: int):
     if parts.pair:
         # the second's non-shared operand, read with the first's (interleaved as packed)
         _, other, role = pair_operands(w, parts.epilogue)
-        rows.append((other.tensor, math.prod(w.shapes[other.tensor]) * item, role, 0.0))
+        rows.append((other.tensor, math.prod(w.shapes[other.tensor]) * item, role, 0.0, 1))
     return parts, rows
 
 
 def _row(w, tensor, idx, grp, role, layout_of, item):
     nbytes = math.prod(w.shapes[tensor]) * item
-    viewable = as_matrix_view(idx, w.shapes[tensor], layout_of(tensor), grp)
-    return tensor, nbytes, role, 0.0 if viewable else nbytes
+    perm = layout_of(tensor)
+    if as_matrix_view(idx, w.shapes[tensor], perm, grp):
+        return tensor, nbytes, role, 0.0, 1
+    return tensor, nbytes, role, nbytes, staged_run(idx, w.shapes[tensor], perm, grp)
 
 
 def _others(w, fused_op, is_value, to_p, grp, ext, role, whole, layout_of, item):
@@ -96,7 +99,7 @@ def _others(w, fused_op, is_value, to_p, grp, ext, role, whole, layout_of, item)
         sub = tuple(to_p[i] for i in idx)
         flat = group_strides(sub, w.shapes[t], layout_of(t), grp, ext) or (
             split is not None and group_strides(sub, w.shapes[t], layout_of(t), split, ext))
-        out.append((t, math.prod(w.shapes[t]) * item, role, 0.0 if flat else whole))
+        out.append((t, math.prod(w.shapes[t]) * item, role, 0.0 if flat else whole, 1))
     return out
 
 
@@ -280,15 +283,15 @@ def kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev: Dev
             m = math.ceil(m / h) * 2 * h
     flops = 2.0 * b_ * m * n * kk
     nc, kc = (k.nc, k.kc) if k is not None else (max(n, 1), max(kk, 1))
-    c_bytes = sum(nbytes for _, nbytes, role, _ in rows if role == "c")
+    c_bytes = sum(nbytes for _, nbytes, role, *_ in rows if role == "c")
     passes = {"a": math.ceil(n / nc), "b": 1, "c": c_passes(c_bytes, kk, kc, dev), "e": 1}
     # B is packed where the parameters say so (a pair's: pair_params, above) and under a prologue
     packed_b = k is None or k.pack_b or parts.prologue_b is not None
-    bytes_ = sum(nbytes * passes[role] for _, nbytes, role, _ in rows) \
+    bytes_ = sum(nbytes * passes[role] for _, nbytes, role, *_ in rows) \
         + packed_b_bytes(b_, kk, n, item, packed_b)
-    unique = sum(nbytes for _, nbytes, _, _ in rows)
+    unique = sum(nbytes for _, nbytes, *_ in rows)
     # a copy reads and writes each byte with one side strided
-    copy_bytes = sum(2 * copied * dev.access.transpose_copy for *_, copied in rows)
+    copy_bytes = sum(2 * copied * copy_waste(run, dev) for *_, copied, run in rows)
     compute = kernel_compute_s(b_, m, n, kk, k, item, c_bytes, dev)
     # A is packed where the parameters say so (a pair's rows: pair_params) and under a prologue
     compute += unscaled_s(b_, m, n, kk, k, k is None or k.pack_a or parts.prologue_a is not None,
@@ -333,4 +336,4 @@ def kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev: Dev
 def kernel_copy_bytes(w, fused, anchor: str, layout_of, item: int) -> int:
     """Bytes of the copies the executor makes around the kernel group (peak memory)."""
     _, rows = kernel_operands(w, fused, anchor, layout_of, item)
-    return int(sum(copied for *_, copied in rows))
+    return int(sum(copied for *_, copied, _ in rows))

@@ -81,7 +81,7 @@ def gpu_kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev:
         dram += nbytes
         l2 += nbytes * loads[side] * spread
     seen = {read.tensor for read, _ in main}
-    extra = float(sum(nbytes for t, nbytes, _, _ in rows if t not in seen))
+    extra = float(sum(nbytes for t, nbytes, *_ in rows if t not in seen))
     bytes_ = dram + extra
     memory = max(bytes_ / dev.bandwidth, (l2 + extra) / (L2_RATIO * dev.bandwidth))
     fused_s = fused_flops = trans = 0.0

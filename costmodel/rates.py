@@ -143,6 +143,20 @@ def regions_waste(regions: float, dev: DeviceSpec) -> float:
     return dev.access.far_regions ** span
 
 
+def copy_waste(run: int, dev: DeviceSpec) -> float:
+    """Time factor over a streaming copy of the same bytes of a staged operand's copy whose
+    two sides share contiguous runs of ``run`` elements (``search_spaces.gemm.staged_run``):
+    the calibrated ``transpose_copy`` (a 2-D transpose: runs of one) where runs are single
+    elements, a streaming copy from a whole line on, geometric between as for any spread
+    access.  Measured (``Staging.copy`` of a (128, 128, 32, 32) float32 tensor from each of
+    its 24 layouts into the row-major matrix, 2-core AMD host, calibrated transpose_copy 9.75,
+    bench/results/copy-runs): runs of one 2.5-59x a streaming copy, median 8.9; runs of 32
+    2.3-3.5x; of 1024 1.5x.  outer_product_mean's o stored [i, e, j, f] (runs of f, 32) was
+    priced a transpose, its library product 46 ms against 21 ms for o stored as the matrix;
+    both ran 29-30 ms."""
+    return pattern_waste(LINE_ELEMS / min(max(run, 1), LINE_ELEMS), dev.access.transpose_copy)
+
+
 def read_waste(spread: float, dev: DeviceSpec) -> float:
     return pattern_waste(spread, dev.access.strided_read)
 

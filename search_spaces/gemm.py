@@ -97,6 +97,22 @@ def as_matrix_view(idx: tuple[str, ...], shape: tuple[int, ...], perm: tuple[int
     return rows in (0, 1) or cols in (0, 1)
 
 
+def staged_run(idx: tuple[str, ...], shape: tuple[int, ...], perm: tuple[int, ...],
+               groups: tuple[tuple[str, ...], ...]) -> int:
+    """Elements of the innermost run a tensor (indices ``idx``, stored in ``perm`` order) and
+    its staged (batch, rows, cols) matrix over ``groups`` (row-major, the groups' indices in
+    order: what the executor copies it into where no view expresses it) have in common: the
+    copy moves runs of this many contiguous elements on both sides."""
+    st = dict(zip(idx, strides(shape, perm)))
+    ext = dict(zip(idx, shape))
+    run = 1
+    for i in reversed([i for g in groups for i in g if ext.get(i, 1) > 1]):
+        if st[i] != run:
+            break
+        run *= ext[i]
+    return run
+
+
 def operand_groups(form: GemmForm, broadcast: str | None = None) -> tuple[tuple, tuple, tuple]:
     """(A groups, B groups, out groups) in matmul order; ``broadcast`` ("a" or "b", from
     :func:`broadcast_form`) names the operand that is one matrix over the form's batch."""

@@ -13,8 +13,8 @@ import pytest
 
 import costmodel
 from costmodel.devices import CPU_DEFAULT, AccessCosts, DeviceSpec, FunctionCosts, GemmShapes
-from costmodel.rates import (BATCHED_SMALL, SKINNY_K, SKINNY_MN, gemm_efficiency, gemm_rate,
-                             pattern_waste, precision_rate, shape_law,
+from costmodel.rates import (BATCHED_SMALL, SKINNY_K, SKINNY_MN, copy_waste, gemm_efficiency,
+                             gemm_rate, pattern_waste, precision_rate, shape_law,
                              transcendental_weight)
 from search_spaces import load_workload
 from search_spaces.loader import builtin_names
@@ -177,16 +177,40 @@ def test_a_blocked_transpose_of_power_of_two_rows_walks_its_stores_along_rows():
 
 
 def test_doubled_transpose_bandwidth_predicts_a_copying_gemm_faster():
-    # a[k,i,l]: the K group (k, l) is not nested in storage, so NumPy copies a before BLAS
-    dims = {"I": 512, "J": 512, "K": 64, "L": 64}
+    # a[k,i,l]: the K group (k, l) is not nested in storage, so the executor copies a into the
+    # (i, k l) matrix before BLAS, in runs of l's two elements: a line's eighth each
+    dims = {"I": 512, "J": 512, "K": 64, "L": 2}
     w = workload("c[i,j] += a[k,i,l] * b[k,l,j]\n", dims,
                  {"a": ["K", "I", "L"], "b": ["K", "L", "J"]}, ["c"])
     cand = named_plan(SearchSpace(w), "unfused")
     assert cand.schedules[0].impl == IMPL_LIBRARY
-    slow = total(w, cand, NEUTRAL)
-    fast = total(w, cand, replace(NEUTRAL, access=AccessCosts(transpose_copy=8.0)))
-    a_bytes = 64 * 512 * 64 * 4
-    assert slow - fast == pytest.approx(2 * a_bytes * 8 / NEUTRAL.bandwidth, rel=1e-6)
+    fast_spec = replace(NEUTRAL, access=AccessCosts(transpose_copy=8.0))
+    slow, fast = total(w, cand, NEUTRAL), total(w, cand, fast_spec)
+    a_bytes = 64 * 512 * 2 * 4
+    assert copy_waste(2, NEUTRAL) == pytest.approx(8.0)      # a line per two elements
+    assert slow - fast == pytest.approx(
+        2 * a_bytes * (8.0 - copy_waste(2, fast_spec)) / NEUTRAL.bandwidth, rel=1e-6)
+    assert slow > fast
+
+
+@pytest.mark.parametrize("run, waste", [(2, 8.0), (4, 4.0), (16, 1.0), (64, 1.0)])
+def test_a_staged_copy_costs_by_the_runs_both_sides_share(run, waste):
+    """A copy whose two sides share runs of a whole line moves whole lines: a streaming copy,
+    whatever ``transpose_copy`` is (rates.copy_waste); shorter runs cost geometrically more,
+    up to the transpose for single elements (``copy_waste(1)``).  The runs come from the
+    layouts (gemm.staged_run): a[k,i,l] stored as it reads keeps l's L elements together in
+    the (i, k l) matrix."""
+    dims = {"I": 512, "J": 512, "K": 64, "L": run}
+    w = workload("c[i,j] += a[k,i,l] * b[k,l,j]\n", dims,
+                 {"a": ["K", "I", "L"], "b": ["K", "L", "J"]}, ["c"])
+    cand = named_plan(SearchSpace(w), "unfused")
+    a_bytes = 64 * 512 * run * 4
+    half = replace(NEUTRAL, access=AccessCosts(transpose_copy=8.0))
+    free = replace(NEUTRAL, access=AccessCosts(transpose_copy=1.0))
+    # NEUTRAL's transpose_copy is 16, a line per element: the waste is the lines a run wastes
+    assert total(w, cand, NEUTRAL) - total(w, cand, free) == pytest.approx(
+        2 * a_bytes * (waste - 1) / NEUTRAL.bandwidth, rel=1e-6, abs=1e-12)
+    assert (total(w, cand, half) < total(w, cand, NEUTRAL)) == (waste > 1)
 
 
 # ---- transcendentals, regions, calls ---------------------------------------------------------
@@ -237,3 +261,11 @@ def test_the_cpu_default_is_calibrated_past_the_neutral_values():
     assert all(math.isfinite(v) and v > 0 for v in (
         CPU_DEFAULT.access.strided_read, CPU_DEFAULT.access.strided_write,
         CPU_DEFAULT.access.transpose_copy))
+
+
+def test_copy_waste_runs_from_the_transpose_to_a_streaming_copy():
+    spec = replace(NEUTRAL, access=AccessCosts(transpose_copy=9.75))
+    assert copy_waste(1, spec) == pytest.approx(9.75)
+    assert copy_waste(16, spec) == copy_waste(1 << 20, spec) == pytest.approx(1.0)
+    wastes = [copy_waste(r, spec) for r in (1, 2, 3, 4, 8, 16)]
+    assert wastes == sorted(wastes, reverse=True) and len(set(wastes)) == len(wastes)
