@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import fields, is_dataclass
 
-from search_spaces.ir import TRANSCENDENTAL, Call, Expr
+from search_spaces.ir import TRANSCENDENTAL, Call, Expr, accesses
 from search_spaces.precision import TF32_PRODUCTS
 from search_spaces.serial import loop_group_serial
 
@@ -165,19 +165,22 @@ def write_waste(spread: float, dev: DeviceSpec) -> float:
     return pattern_waste(spread, dev.access.strided_write)
 
 
-def transcendental_weight(e: Expr, dev: DeviceSpec) -> float:
+def transcendental_weight(e: Expr, dev: DeviceSpec,
+                          varying: frozenset[str] | None = None) -> float:
     """Flop-equivalents of the transcendental calls in one evaluation of ``e``, each weighted
     by its own cost on ``dev`` (:class:`FunctionCosts`, else ``transcendental_flops``).  Walks
     every sub-expression whatever its node type, so it counts the calls ``ir.count_flops``
-    counts."""
+    counts.  ``varying``: only the calls whose arguments read an index of it (the others are
+    invariant along those indices: the compiler hoists them out of their loops)."""
     own = 0.0
-    if isinstance(e, Call) and e.fn in TRANSCENDENTAL:
+    if isinstance(e, Call) and e.fn in TRANSCENDENTAL and (
+            varying is None or any(set(a.idx) & varying for a in accesses(e))):
         own = dev.functions.weight(e.fn, dev.transcendental_flops)
     for f in fields(e):
         v = getattr(e, f.name)
         for child in (v if isinstance(v, tuple) else (v,)):
             if is_dataclass(child):
-                own += transcendental_weight(child, dev)
+                own += transcendental_weight(child, dev, varying)
     return own
 
 

@@ -163,7 +163,8 @@ def test_a_prologue_is_priced_at_the_scalar_rate_an_epilogue_at_the_vector_rate(
     """The packing routines apply a prologue element by element (gemm_kernel.packers); the
     epilogue works on the register tile's vectors."""
     from costmodel import estimate
-    from costmodel.rates import transcendental_weight
+    from costmodel.kernel_cost import prologue_flops
+    from search_spaces.gemm import gemm_form
     from search_spaces.kernel_fusion import kernel_parts
     from tests.autotune.backends.test_kernel_epilogue import kernel_plan, space_of
     w = small("trimul_outgoing")
@@ -178,9 +179,39 @@ def test_a_prologue_is_priced_at_the_scalar_rate_an_epilogue_at_the_vector_rate(
         pro = [p.producer for p in (parts.prologue_a, parts.prologue_b) if p]
         assert len(pro) == 1
         x = w.op(pro[0])
-        work = x.out_size * (x.flops_per_iteration()[0] + transcendental_weight(x.expr, wide))
+        one = parts.prologue_a or parts.prologue_b
+        kc = cand.schedule(anchor).kernel.kc
+        work = x.out_size * prologue_flops(w, gemm_form(w.op(parts.contraction)), one, kc, wide)
         got = {dev.vector_width: next(g.predicted_s for g in estimate(w, cand, dev).groups
                                       if g.anchor == anchor) for dev in (wide, narrow)}
         # at one lane the scalar rate is the loop rate: the difference is 7/8 of the 8-lane price
         assert got[8] - got[1] == pytest.approx(work * (8 - 1) / CPU_DEFAULT.loop_flops,
                                                 rel=1e-6)
+
+
+def test_a_prologues_calls_that_k_leaves_alone_are_priced_once_per_row_slice():
+    """A layer norm's ``rsqrt(var[row] + eps)`` does not vary along the contraction's K: the
+    packing's K loop evaluates it once per row of its slice (GCC hoists it); a gate's sigmoid
+    of the operand itself varies along K and is priced per element."""
+    from costmodel.kernel_cost import prologue_flops
+    from costmodel.rates import transcendental_weight
+    from search_spaces.gemm import gemm_form
+    from search_spaces.kernel_fusion import prologue_of
+    from search_spaces.loader import load_workload
+    w = load_workload("trimul_outgoing", {"N": 16, "C": 8})
+    dev = CPU_DEFAULT
+    norm = prologue_of(w, "tn", "po")            # tn = tc * rsqrt(var2[i,j] + eps) * w + b
+    gate = prologue_of(w, "a", "t")              # a = mask * sigmoid(ga[i,k,h] + b) * (...)
+    assert norm is not None and gate is not None
+    for pro, hoisted in ((norm, True), (gate, False)):
+        x = w.op(pro.producer)
+        form = gemm_form(w.op(pro.contraction))
+        f = x.flops_per_iteration()[0]
+        calls = transcendental_weight(x.expr, dev)
+        assert calls > 0
+        k = 1
+        for i in form.k:
+            k *= w.op(pro.contraction).extent(i)
+        for kc in (1, 4, 64):
+            want = f + (calls / min(kc, k) if hoisted else calls)
+            assert prologue_flops(w, form, pro, kc, dev) == pytest.approx(want)
