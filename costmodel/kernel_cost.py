@@ -23,6 +23,7 @@ import math
 from search_spaces.candidate import IMPL_KERNEL
 from search_spaces.kernel_fusion import (Prologue, batch_split, group_strides, kernel_parts,
                                          pair_operands)
+from search_spaces.footprint import strides
 from search_spaces.gemm import as_matrix_view, gemm_form, group_size, operand_groups, staged_run
 from search_spaces.ir import accesses
 from search_spaces.kernel import OUTER_A, SPLIT_BATCH, KernelParams, pair_params
@@ -283,6 +284,27 @@ def prologue_flops(w, form, pro: Prologue, kc: int, dev: DeviceSpec) -> float:
     return f + varying + invariant / max(1, min(kc, group_size(w.op(pro.contraction), form.k)))
 
 
+def prologue_rate(w, form, pro: Prologue, layout_of, dev: DeviceSpec) -> float:
+    """The rate a packing routine evaluates a prologue at: the loop rate where its main input
+    walks unit-stride along the operand's rows or its K (the packers run one of them innermost,
+    or unroll a panel across it, and GCC vectorises either), else the scalar rate (every
+    element gathered).  Measured (bench/results/copy-runs/hoist/bench_pack.c, GCC 12, one core
+    of the AMD host): a layer norm's prologue packed from a 4096 x 256 operand ran 0.17 ns an
+    element rows-contiguous and 0.37 K-contiguous, where the scalar rate priced 2.5 ns; trimul
+    N=32's triangle product with a's gate as its prologue, ``ga[i,k,c]`` channel-last (neither
+    its rows i nor its K k unit-stride), ran ~5.6 ns an evaluation (1513 us a call against 778
+    us with ``a`` materialized) where the loop rate priced 0.6 ns."""
+    rows = form.m if pro.operand == "a" else form.n
+    to_p = pro.to_contraction(w)
+    st = dict(zip(pro.main_idx, strides(w.shapes[pro.main], layout_of(pro.main))))
+    ext = dict(zip(pro.main_idx, w.shapes[pro.main]))
+    for grp in (rows, form.k):
+        live = [i for i in pro.main_idx if to_p.get(i) in grp and ext[i] > 1]
+        if live and min(st[i] for i in live) == 1:
+            return dev.loop_flops
+    return dev.loop_flops / max(1, dev.vector_width)
+
+
 def kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev: DeviceSpec,
                  item: int) -> GroupCost:
     """The group ``g`` (a contraction, with its epilogue or alone) run by the kernel with
@@ -318,13 +340,8 @@ def kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev: Dev
                           item, dev)
     # the fused ops' arithmetic: an epilogue once per element of C at the loop rate (applied
     # to the register tile's vectors), a prologue once per element of its operand and packing
-    # pass at the scalar rate: the packing routines apply it element by element as they gather
-    # the operand into micro-panels (gemm_kernel.packers).  Evidence: trimul N=32's triangle
-    # product with a's gate as its A prologue (131,072 evaluations of mask * sigmoid(ga + b) *
-    # (pa + b) a call) ran 1513 us against 778 us with a materialized, ~5.6 ns an evaluation,
-    # where the loop rate priced 0.6 ns
+    # pass, at the rate prologue_rate gives
     fused_flops = trans = 0.0
-    scalar = dev.loop_flops / max(1, dev.vector_width)
     if parts.epilogue:
         x = w.op(parts.epilogue.consumer)
         f, t = x.flops_per_iteration()
@@ -338,7 +355,8 @@ def kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev: Dev
             times = passes[pro.operand]
             fused_flops += float(f * x.out_size * times)
             trans += float(t * x.out_size * times)
-            compute += x.out_size * times * prologue_flops(w, form, pro, kc, dev) / scalar
+            compute += x.out_size * times * prologue_flops(w, form, pro, kc, dev) \
+                / prologue_rate(w, form, pro, layout_of, dev)
     memory = bytes_ / dev.bandwidth
     # The kernel's traffic adds to its arithmetic instead of hiding under it: over the 580
     # kernel groups of the model-check measurements of nine built-ins (aligned plans, AMD EPYC

@@ -159,11 +159,11 @@ def test_a_choice_the_samples_never_vary_keeps_factor_one():
         fit_kernel_costs([], CPU_DEFAULT)
 
 
-def test_a_prologue_is_priced_at_the_scalar_rate_an_epilogue_at_the_vector_rate(small):
-    """The packing routines apply a prologue element by element (gemm_kernel.packers); the
-    epilogue works on the register tile's vectors."""
+def test_a_prologue_is_priced_at_its_packing_rate_an_epilogue_at_the_vector_rate(small):
+    """The packing routines apply a prologue element by element (gemm_kernel.packers), at the
+    rate prologue_rate gives; the epilogue works on the register tile's vectors."""
     from costmodel import estimate
-    from costmodel.kernel_cost import prologue_flops
+    from costmodel.kernel_cost import prologue_flops, prologue_rate
     from search_spaces.gemm import gemm_form
     from search_spaces.kernel_fusion import kernel_parts
     from tests.autotune.backends.test_kernel_epilogue import kernel_plan, space_of
@@ -174,19 +174,43 @@ def test_a_prologue_is_priced_at_the_scalar_rate_an_epilogue_at_the_vector_rate(
         or kernel_parts(w, cand.fused_pairs, s.anchor).prologue_b)]
     assert with_prologue, cand.to_json()
     wide, narrow = replace(CPU_DEFAULT, vector_width=8), replace(CPU_DEFAULT, vector_width=1)
+    layout_of = lambda t: cand.layout(t, len(w.shapes[t]))
     for anchor in with_prologue:
         parts = kernel_parts(w, cand.fused_pairs, anchor)
         pro = [p.producer for p in (parts.prologue_a, parts.prologue_b) if p]
         assert len(pro) == 1
         x = w.op(pro[0])
         one = parts.prologue_a or parts.prologue_b
+        form = gemm_form(w.op(parts.contraction))
         kc = cand.schedule(anchor).kernel.kc
-        work = x.out_size * prologue_flops(w, gemm_form(w.op(parts.contraction)), one, kc, wide)
+        work = x.out_size * prologue_flops(w, form, one, kc, wide)
+        rate = prologue_rate(w, form, one, layout_of, wide)
+        assert rate in (wide.loop_flops, wide.loop_flops / 8)
         got = {dev.vector_width: next(g.predicted_s for g in estimate(w, cand, dev).groups
                                       if g.anchor == anchor) for dev in (wide, narrow)}
-        # at one lane the scalar rate is the loop rate: the difference is 7/8 of the 8-lane price
-        assert got[8] - got[1] == pytest.approx(work * (8 - 1) / CPU_DEFAULT.loop_flops,
-                                                rel=1e-6)
+        # at one lane the scalar rate is the loop rate
+        assert got[8] - got[1] == pytest.approx(
+            work * (1 / rate - 1 / CPU_DEFAULT.loop_flops), rel=1e-6, abs=1e-15)
+
+
+def test_a_prologue_runs_at_the_loop_rate_only_where_its_input_is_unit_stride():
+    """The packers vectorise a prologue along the operand's rows or its K; a gate read
+    channel-last by the triangle product (batch c innermost) gathers every element."""
+    from costmodel.kernel_cost import prologue_rate
+    from search_spaces.gemm import gemm_form
+    from search_spaces.kernel_fusion import prologue_of
+    from search_spaces.loader import load_workload
+    w = load_workload("trimul_outgoing", {"N": 16, "C": 8})
+    gate = prologue_of(w, "a", "t")
+    form = gemm_form(w.op("t"))
+    assert gate.main in ("ga", "pa")
+    scalar, loop = CPU_DEFAULT.loop_flops / CPU_DEFAULT.vector_width, CPU_DEFAULT.loop_flops
+    as_given = lambda t: tuple(range(len(w.shapes[t])))
+    channel_first = lambda t: (2, 0, 1) if t == gate.main else as_given(t)
+    assert prologue_rate(w, form, gate, as_given, CPU_DEFAULT) == scalar
+    assert prologue_rate(w, form, gate, channel_first, CPU_DEFAULT) == loop
+    norm = prologue_of(w, "tn", "po")        # t[i,j,h] row-major: its K, h, unit-stride
+    assert prologue_rate(w, gemm_form(w.op("po")), norm, as_given, CPU_DEFAULT) == loop
 
 
 def test_a_prologues_calls_that_k_leaves_alone_are_priced_once_per_row_slice():
