@@ -20,8 +20,8 @@ from search_spaces.tile_work import dealt_share, masked_chain_work
 from .devices import DeviceSpec
 from .kernel_cost import peak_flops
 from .estimate import FusedProducer, GroupCost
-from .rates import (loop_launch_s, loop_occupancy, read_waste, reduction_gain,
-                    tile_overhead_s, transcendental_weight)
+from .rates import (far_regions, line_waste, loop_launch_s, loop_occupancy, read_waste,
+                    reduction_gain, regions_waste, tile_overhead_s, transcendental_weight)
 
 
 def _row_acc(chain: Chain, anchor, tiles) -> tuple[dict[str, int], int]:
@@ -147,11 +147,18 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
             if a.tensor in chain.members:
                 continue
             nbytes = math.prod(w.shapes[a.tensor]) * item
-            per_run = math.prod(box.get(names[i], op.extent(i)) for i in a.idx) * item
+            run_box = tuple(box.get(names[i], op.extent(i)) for i in a.idx)
+            per_run = math.prod(run_box) * item
             if a.tensor not in seen and nbytes <= dev.cache_bytes / 2:
                 moved += nbytes
             elif nbytes > dev.cache_bytes / 2:
-                moved += max(per_run * n_tiles * read_waste(1.0, dev), nbytes)
+                # runs shorter than a line and rows pages apart, priced as in a loop group
+                # (triangle attention's keys kh[h,k,j,d] walked along k with k stored
+                # outermost: 256 rows 32 KiB apart a tile)
+                perm = layout_of(a.tensor)
+                waste = read_waste(line_waste(w.shapes[a.tensor], perm, run_box), dev) \
+                    * regions_waste(far_regions(w.shapes[a.tensor], perm, run_box, item), dev)
+                moved += max(per_run * n_tiles * waste, nbytes)
             unique += nbytes if a.tensor not in seen else 0.0
             seen.add(a.tensor)
         if name in mats or name == chain.anchor:

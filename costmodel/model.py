@@ -30,40 +30,10 @@ from .estimate import CostEstimate, FusedProducer, GroupCost
 from .kernel_cost import kernel_copy_bytes, kernel_group
 from .memo import GroupMemo
 from .mma_cost import gpu_kernel_group
-from .rates import (LINE_ELEMS, PAGE_BYTES, copy_waste, library_launch_s, loop_launch_s,
-                    loop_occupancy, precision_rate, read_waste, regions_waste, split_extras,
-                    tile_overhead_s, transcendental_weight, write_waste)
+from .rates import (LINE_ELEMS, copy_waste, far_regions, library_launch_s, line_waste,
+                    loop_launch_s, loop_occupancy, precision_rate, read_waste, regions_waste,
+                    split_extras, tile_overhead_s, transcendental_weight, write_waste)
 from .stack_cost import stack_copy_bytes, stacked_group
-
-
-def line_waste(shape, perm, box) -> float:
-    """Lines moved per line of useful data when a tile reads (or writes) ``box`` of a tensor
-    stored in ``perm`` order: a contiguous run shorter than a cache line still moves the whole
-    line, so the spread is LINE_ELEMS / run, run being the box's extent along the innermost
-    storage dims (further dims count only while the box covers the inner ones entirely).
-    ``rates.read_waste`` / ``write_waste`` turn it into DRAM bytes per useful byte."""
-    run = 1
-    for d in reversed(perm):
-        run *= box[d]
-        if box[d] < shape[d]:
-            break
-    return LINE_ELEMS / min(max(run, 1), LINE_ELEMS)
-
-
-def far_regions(shape, perm, box, item: int) -> int:
-    """Runs of ``box`` (a tile's read of a tensor stored in ``perm`` order) that lie pages
-    apart: the product of the box's extents along the dims outside its contiguous run whose
-    stride exceeds a page (rows closer than that are one region to the prefetchers).
-    ``rates.regions_waste`` prices it."""
-    st = strides(shape, perm)
-    regions, inside = 1, True
-    for d in reversed(perm):
-        if inside:
-            inside = box[d] >= shape[d]
-            continue
-        if st[d] * item > PAGE_BYTES:
-            regions *= max(box[d], 1)
-    return regions
 
 
 # The loop rate's share an update (+=, max=) reaches when its innermost loop gathers an operand

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import fields, is_dataclass
 
+from search_spaces.footprint import strides
 from search_spaces.ir import TRANSCENDENTAL, Call, Expr, accesses
 from search_spaces.precision import TF32_PRODUCTS
 from search_spaces.serial import loop_group_serial
@@ -131,6 +132,36 @@ def pattern_waste(spread: float, ratio: float) -> float:
 # TRACKED_REGIONS, then geometrically up to the calibrated ``far_regions`` at 4x as many.
 TRACKED_REGIONS = 16
 PAGE_BYTES = 4096
+
+
+def line_waste(shape, perm, box) -> float:
+    """Lines moved per line of useful data when a tile reads (or writes) ``box`` of a tensor
+    stored in ``perm`` order: a contiguous run shorter than a cache line still moves the whole
+    line, so the spread is LINE_ELEMS / run, run being the box's extent along the innermost
+    storage dims (further dims count only while the box covers the inner ones entirely).
+    ``rates.read_waste`` / ``write_waste`` turn it into DRAM bytes per useful byte."""
+    run = 1
+    for d in reversed(perm):
+        run *= box[d]
+        if box[d] < shape[d]:
+            break
+    return LINE_ELEMS / min(max(run, 1), LINE_ELEMS)
+
+
+def far_regions(shape, perm, box, item: int) -> int:
+    """Runs of ``box`` (a tile's read of a tensor stored in ``perm`` order) that lie pages
+    apart: the product of the box's extents along the dims outside its contiguous run whose
+    stride exceeds a page (rows closer than that are one region to the prefetchers).
+    ``rates.regions_waste`` prices it."""
+    st = strides(shape, perm)
+    regions, inside = 1, True
+    for d in reversed(perm):
+        if inside:
+            inside = box[d] >= shape[d]
+            continue
+        if st[d] * item > PAGE_BYTES:
+            regions *= max(box[d], 1)
+    return regions
 
 
 def regions_waste(regions: float, dev: DeviceSpec) -> float:

@@ -1,4 +1,4 @@
-"""Reads from more far-apart regions than the prefetchers follow (``model.far_regions``,
+"""Reads from more far-apart regions than the prefetchers follow (``rates.far_regions``,
 ``rates.regions_waste``), and the layouts that let a reduction over a batched contraction's
 batch index read from a few regions (``SearchSpace._reduced_along``)."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 import costmodel
 from costmodel.devices import CPU_DEFAULT
-from costmodel.model import far_regions
+from costmodel.rates import far_regions
 from costmodel.rates import TRACKED_REGIONS, regions_waste
 from search_spaces import load_workload
 from search_spaces.candidate import GroupSchedule, make_candidate
@@ -73,3 +73,28 @@ def test_no_batch_middle_layouts_without_a_reduction_over_the_batch():
     # attention's scores s[h,i,j] are reduced over j only (the softmax), never over h
     space = SearchSpace(load_workload("attention"))
     assert space.layout_options("s") == [(0, 1, 2), (0, 2, 1)]
+
+
+def _chain_bytes(k_perm, far: float) -> float:
+    """Bytes attention's online-softmax chain moves with k stored in ``k_perm``, tiles of one
+    head (so that a tile reads one head's keys), on a device whose cache holds none of them."""
+    from autotune.backends.factory import backend_kind
+    from search_spaces.plans import chained_plan
+    w = load_workload("attention")
+    c = chained_plan(SearchSpace(w, backend_kind("cpu").tile_bounds))
+    chain = next(s for s in c.schedules if s.chain_block)
+    scheds = tuple(dataclasses.replace(s, tiles=(16, 1, 32)) if s is chain else s
+                   for s in c.schedules)
+    c = dataclasses.replace(c, schedules=scheds,
+                            layouts=tuple(sorted({**dict(c.layouts), "k": k_perm}.items())))
+    dev = dataclasses.replace(CPU_DEFAULT, cache_bytes=1e5, access=dataclasses.replace(
+        CPU_DEFAULT.access, far_regions=far))
+    (g,) = [g for g in costmodel.estimate(w, c, dev).groups if g.chain]
+    return g.bytes
+
+
+def test_a_chain_pays_for_the_regions_its_walk_reads_like_a_loop_group():
+    # k[h,j,d] stored (d, h, j): one head's 256 keys a tile lie in 32 rows 8 KiB apart
+    near, far = _chain_bytes((0, 1, 2), 2.5), _chain_bytes((2, 0, 1), 2.5)
+    assert far > near
+    assert _chain_bytes((2, 0, 1), 1.0) == near       # the term is the difference
