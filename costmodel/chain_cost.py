@@ -14,13 +14,13 @@ import math
 from search_spaces.chain import WALKED, Chain
 from search_spaces.chain_walk import (row_step, vector_score, vector_update, walk_innermost,
                                      walks_strided)
-from search_spaces.footprint import tile_dealing, tile_sizes
+from search_spaces.footprint import strides, tile_dealing, tile_sizes
 from search_spaces.tile_work import dealt_share, masked_chain_work
 
 from .devices import DeviceSpec
 from .kernel_cost import peak_flops
 from .estimate import FusedProducer, GroupCost
-from .rates import (far_regions, line_waste, loop_launch_s, loop_occupancy, read_waste,
+from .rates import (LINE_ELEMS, far_regions, line_waste, loop_launch_s, loop_occupancy, read_waste,
                     reduction_gain, regions_waste, tile_overhead_s, transcendental_weight)
 
 
@@ -122,7 +122,7 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
     rdim = row_step(w, chain, box, acc)[0] if dev.kind == "cpu" else ""
     masked = masked_chain_work(w, chain, tuple(eff), block, rdim, step)
     kept = masked[1] if masked else 1.0
-    flops = recomputed = trans = compute_s = 0.0
+    flops = recomputed = trans = compute_s = strided = 0.0
     moved = unique = 0.0
     seen: set[str] = set()
     for name in chain.members:
@@ -143,6 +143,13 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
             compute_s += runs * (f + transcendental_weight(op.expr, dev)) \
                 / (dev.loop_flops * _lanes(w, chain, name, block, box, layout_of, dev))
         names = chain.common(name)
+        walks = [strides(w.shapes[a.tensor], layout_of(a.tensor))[k]
+                 for a in op.reads() if a.tensor not in chain.members
+                 for k, i in enumerate(a.idx) if names.get(i) == WALKED]
+        if any(st >= LINE_ELEMS for st in walks):
+            # a line (or a page) a step of the walk: what the learned correction sees as a
+            # strided walk (GroupCost.strided_flops), as in a loop group
+            strided += runs * f
         for a in op.reads():
             if a.tensor in chain.members:
                 continue
@@ -188,4 +195,4 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
                      bound=bound, fused=tuple(FusedProducer(m, float(free_tiles if m in row_part
                                                                      else 1))
                                               for m in chain.members if m != chain.anchor),
-                     chain=f"{chain.text()}, blocks of {block}")
+                     chain=f"{chain.text()}, blocks of {block}", strided_flops=strided)

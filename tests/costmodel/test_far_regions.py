@@ -75,9 +75,10 @@ def test_no_batch_middle_layouts_without_a_reduction_over_the_batch():
     assert space.layout_options("s") == [(0, 1, 2), (0, 2, 1)]
 
 
-def _chain_bytes(k_perm, far: float) -> float:
-    """Bytes attention's online-softmax chain moves with k stored in ``k_perm``, tiles of one
-    head (so that a tile reads one head's keys), on a device whose cache holds none of them."""
+def _chain(layouts: dict, far: float = 1.0):
+    """Attention's online-softmax chain group with ``layouts`` over the chained plan's, tiles
+    of one head (so that a tile reads one head's keys), on a device whose cache holds none of
+    its operands."""
     from autotune.backends.factory import backend_kind
     from search_spaces.plans import chained_plan
     w = load_workload("attention")
@@ -86,11 +87,15 @@ def _chain_bytes(k_perm, far: float) -> float:
     scheds = tuple(dataclasses.replace(s, tiles=(16, 1, 32)) if s is chain else s
                    for s in c.schedules)
     c = dataclasses.replace(c, schedules=scheds,
-                            layouts=tuple(sorted({**dict(c.layouts), "k": k_perm}.items())))
+                            layouts=tuple(sorted({**dict(c.layouts), **layouts}.items())))
     dev = dataclasses.replace(CPU_DEFAULT, cache_bytes=1e5, access=dataclasses.replace(
         CPU_DEFAULT.access, far_regions=far))
     (g,) = [g for g in costmodel.estimate(w, c, dev).groups if g.chain]
-    return g.bytes
+    return g
+
+
+def _chain_bytes(k_perm, far: float) -> float:
+    return _chain({"k": k_perm}, far).bytes
 
 
 def test_a_chain_pays_for_the_regions_its_walk_reads_like_a_loop_group():
@@ -98,3 +103,12 @@ def test_a_chain_pays_for_the_regions_its_walk_reads_like_a_loop_group():
     near, far = _chain_bytes((0, 1, 2), 2.5), _chain_bytes((2, 0, 1), 2.5)
     assert far > near
     assert _chain_bytes((2, 0, 1), 1.0) == near       # the term is the difference
+
+
+def test_a_chain_whose_walk_steps_a_line_at_a_time_counts_its_flops_as_strided():
+    """What the learned correction sees of a chain's gathers (GroupCost.strided_flops): the
+    members that read a tensor a line or more apart per step of the walk over keys."""
+    gathered = _chain({"k": (0, 1, 2), "v": (0, 1, 2)})       # k[h,j,d]: j steps 32 floats
+    walked = _chain({"k": (0, 2, 1), "v": (0, 2, 1)})         # stored (h, d, j): j unit-stride
+    assert 0 < gathered.strided_flops <= gathered.flops
+    assert walked.strided_flops == 0
