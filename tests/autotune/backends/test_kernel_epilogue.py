@@ -266,6 +266,6 @@ def test_extras_broadcast_along_part_of_a_two_index_batch_are_read_in_place(tb_l
             {"tb": 4, "mask": 4}                      # views, kept: nothing copied
         lay = lambda t: cand.layout(t, len(w.shapes[t]))
         _, rows = kernel_operands(w, cand.fused_pairs, "lg", lay, 4)
-        assert all(copied == 0 for t, *_, copied in rows if t in ("tb", "mask"))
+        assert all(copied == 0 for t, _, _, copied, _ in rows if t in ("tb", "mask"))
         return
     pytest.fail("no seed fused the logits into the scores' kernel")
