@@ -14,7 +14,7 @@ import math
 from search_spaces.chain import WALKED, Chain
 from search_spaces.chain_walk import (row_step, vector_score, vector_update, walk_innermost,
                                      walks_strided)
-from search_spaces.footprint import strides, tile_dealing, tile_sizes
+from search_spaces.footprint import tile_dealing, tile_sizes
 from search_spaces.tile_work import dealt_share, masked_chain_work
 
 from .devices import DeviceSpec
@@ -143,10 +143,7 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
             compute_s += runs * (f + transcendental_weight(op.expr, dev)) \
                 / (dev.loop_flops * _lanes(w, chain, name, block, box, layout_of, dev))
         names = chain.common(name)
-        walks = [strides(w.shapes[a.tensor], layout_of(a.tensor))[k]
-                 for a in op.reads() if a.tensor not in chain.members
-                 for k, i in enumerate(a.idx) if names.get(i) == WALKED]
-        if any(st >= LINE_ELEMS for st in walks):
+        if walks_strided(w, chain, name, WALKED, layout_of, at_least=LINE_ELEMS):
             # a line (or a page) a step of the walk: what the learned correction sees as a
             # strided walk (GroupCost.strided_flops), as in a loop group
             strided += runs * f

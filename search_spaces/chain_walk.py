@@ -17,14 +17,15 @@ from .footprint import strides
 from .workload import Workload
 
 
-def walks_strided(w: Workload, chain: Chain, name: str, common: str, layout_of) -> bool:
-    """Whether op ``name`` reads a tensor from memory with a stride along the index the chain
-    calls ``common`` (``layout_of(tensor) -> perm``)."""
+def walks_strided(w: Workload, chain: Chain, name: str, common: str, layout_of,
+                  at_least: int = 2) -> bool:
+    """Whether op ``name`` reads a tensor from memory with a stride of ``at_least`` elements or
+    more along the index the chain calls ``common`` (``layout_of(tensor) -> perm``)."""
     idx = [i for i, c in chain.common(name).items() if c == common]
     for a in w.op(name).reads():
         if not idx or idx[0] not in a.idx or a.tensor in chain.members:
             continue
-        if strides(w.shapes[a.tensor], layout_of(a.tensor))[a.idx.index(idx[0])] != 1:
+        if strides(w.shapes[a.tensor], layout_of(a.tensor))[a.idx.index(idx[0])] >= at_least:
             return True
     return False
 
