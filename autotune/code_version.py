@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +48,6 @@ def code_version() -> str:
 def stored_code_version(libraries_json: str) -> str:
     """The code version a stored row was measured with ("" for rows from before it was
     recorded, which match no code)."""
-    import json
     try:
         return str(json.loads(libraries_json).get(LIBRARY, ""))
     except (ValueError, AttributeError):

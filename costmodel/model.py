@@ -17,7 +17,7 @@ from search_spaces.footprint import (conflicting, footprint_shape, footprints, i
                                      lines_between, nest_extents, plan_group, revisited_far,
                                      strides, tile_dealing, write_strides, writes_in_place)
 from search_spaces.gemm import (as_matrix_view, broadcast_form, gemm_form, group_size,
-                                 operand_groups, staged_run)
+                                 operand_groups)
 from search_spaces.inlining import inlined_members
 from search_spaces.partition import Group, groups, materialized
 from search_spaces.rewrite import rewritten
@@ -30,9 +30,9 @@ from .estimate import CostEstimate, FusedProducer, GroupCost
 from .kernel_cost import kernel_copy_bytes, kernel_group
 from .memo import GroupMemo
 from .mma_cost import gpu_kernel_group
-from .rates import (LINE_ELEMS, copy_waste, far_regions, library_launch_s, line_waste,
-                    loop_launch_s, loop_occupancy, precision_rate, read_waste, regions_waste,
-                    split_extras, tile_overhead_s, transcendental_weight, write_waste)
+from .rates import (LINE_ELEMS, far_regions, library_launch_s, line_waste, loop_launch_s,
+                    loop_occupancy, precision_rate, read_waste, regions_waste, split_extras,
+                    staged_copy_bytes, tile_overhead_s, transcendental_weight, write_waste)
 from .stack_cost import stack_copy_bytes, stacked_group
 
 
@@ -121,12 +121,11 @@ def _library_group(w, g: Group, layout_of, dev: DeviceSpec, item: int,
                              (op.out, op.parallel, go)):
         nbytes = math.prod(w.shapes[tensor]) * item
         bytes_ += nbytes
-        if not as_matrix_view(idx, w.shapes[tensor], layout_of(tensor), grp):
-            # NumPy/CuPy first copy the operand into a BLAS-able layout (or the result out of
-            # one): a separate pass, not overlapped with the GEMM, which walks one side with a
-            # stride and so moves whole lines for runs shorter than a line
-            copy_bytes += 2 * nbytes * copy_waste(
-                staged_run(idx, w.shapes[tensor], layout_of(tensor), grp), dev)
+        # NumPy/CuPy first copy an operand no view expresses into a BLAS-able layout (or the
+        # result out of one): a separate pass, not overlapped with the GEMM, which walks one
+        # side with a stride and so moves whole lines for runs shorter than a line
+        copy_bytes += staged_copy_bytes(idx, w.shapes[tensor], layout_of(tensor), grp, nbytes,
+                                        dev)
     if form.scale != 1.0:
         # the executor applies a contraction's scale in a pass over the smallest of A, B, C
         copy_bytes += 2 * item * min(b_ * m * k, b_ * k * n, b_ * m * n)

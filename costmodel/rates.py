@@ -11,6 +11,7 @@ import math
 from dataclasses import fields, is_dataclass
 
 from search_spaces.footprint import strides
+from search_spaces.gemm import as_matrix_view, staged_run
 from search_spaces.ir import TRANSCENDENTAL, Call, Expr, accesses
 from search_spaces.precision import TF32_PRODUCTS
 from search_spaces.serial import loop_group_serial
@@ -186,6 +187,16 @@ def copy_waste(run: int, dev: DeviceSpec) -> float:
     priced a transpose, its library product 46 ms against 21 ms for o stored as the matrix;
     both ran 29-30 ms."""
     return pattern_waste(LINE_ELEMS / min(max(run, 1), LINE_ELEMS), dev.access.transpose_copy)
+
+
+def staged_copy_bytes(idx, shape, perm, groups, nbytes: float, dev: DeviceSpec) -> float:
+    """Bytes (as a streaming copy's) of staging a tensor (indices ``idx``, stored in ``perm``
+    order, ``nbytes`` large) into the (batch, rows, cols) matrix over ``groups``: a read and a
+    write of every byte at :func:`copy_waste` of the runs both sides share; 0 where a strided
+    view expresses it (``search_spaces.gemm.as_matrix_view``)."""
+    if as_matrix_view(idx, shape, perm, groups):
+        return 0.0
+    return 2 * nbytes * copy_waste(staged_run(idx, shape, perm, groups), dev)
 
 
 def read_waste(spread: float, dev: DeviceSpec) -> float:

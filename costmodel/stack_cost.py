@@ -22,13 +22,13 @@ from __future__ import annotations
 import math
 
 from search_spaces.candidate import IMPL_LIBRARY
-from search_spaces.gemm import as_matrix_view, gemm_form, operand_groups, staged_run
+from search_spaces.gemm import gemm_form, operand_groups
 from search_spaces.siblings import stack_extents, stack_of
 from search_spaces.workload import Workload
 
 from .devices import DeviceSpec
 from .estimate import GroupCost
-from .rates import copy_waste, gemm_rate, library_launch_s, precision_rate, split_extras
+from .rates import gemm_rate, library_launch_s, precision_rate, split_extras, staged_copy_bytes
 
 
 def stacked_group(w: Workload, members: tuple[str, ...], layout_of, dev: DeviceSpec,
@@ -47,11 +47,9 @@ def stacked_group(w: Workload, members: tuple[str, ...], layout_of, dev: DeviceS
     unique = shared_bytes + differing + results
     copy_bytes = 2.0 * differing                  # the differing operands, side by side
     ga, gb, _ = operand_groups(form)
-    grp = ga if sib.shared == "a" else gb
-    perm = layout_of(shared.tensor)
-    if not as_matrix_view(shared.idx, w.shapes[shared.tensor], perm, grp):
-        run = staged_run(shared.idx, w.shapes[shared.tensor], perm, grp)
-        copy_bytes += 2 * shared_bytes * copy_waste(run, dev)
+    copy_bytes += staged_copy_bytes(shared.idx, w.shapes[shared.tensor],
+                                    layout_of(shared.tensor), ga if sib.shared == "a" else gb,
+                                    shared_bytes, dev)
     launches = 1
     if dev.kind == "cpu":
         compute = flops / gemm_rate(dev, 1, n * d, s, k)
