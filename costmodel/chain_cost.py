@@ -101,6 +101,50 @@ def _vector_members(w, chain: Chain, block: int, box, ext, acc: int, layout_of,
     return vec, step
 
 
+def row_refetch(w, chain: Chain, box: dict[str, int], item: int, cap: float) -> dict[str, float]:
+    """Per tensor the chain reads (an input of a member): how many times a tile reads each of
+    the elements it reads.  The tile runs its rows in the anchor's order (chain_loops'
+    ``rows_open``) and each row reads its slice of every input (the whole walk, the tile's
+    extent along the input's other dims); a row loop's next iteration finds the slices of the
+    previous one still in the private cache (``cap`` bytes) only where everything the rows
+    inside it read in between fits there.  Triangle attention around the ending node reads
+    its keys kh[h,k,j,d] and values per (h, j), 32 KiB a row: a tile of 8 x 64 x 2 rows (i,
+    j, h) reads 8 MiB of them before its next i comes back to the first, so it reads them once
+    per i; its chain ran 3.2 s where 1.3 s was predicted without these reads (the 2-core
+    AVX-512 host, model-check cpu-s37-9b7e75f)."""
+    common = chain.common(chain.anchor)
+    rows = [common[i] for i in w.op(chain.anchor).parallel if common[i].startswith("r")]
+    reads: dict[str, tuple[set[str], float]] = {}
+    for name in chain.members:
+        names, op = chain.common(name), w.op(name)
+        for a in op.reads():
+            if a.tensor in chain.members or a.tensor in reads:
+                continue
+            dims = [names[i] for i in a.idx]
+            per_row = math.prod(1 if d.startswith("r") else box.get(d, op.extent(i))
+                                for d, i in zip(dims, a.idx))
+            reads[a.tensor] = (set(dims), per_row * item)
+    out = {}
+    for t, (dims, _) in reads.items():
+        times = 1.0
+        for lvl, r in enumerate(rows):
+            if r in dims:
+                continue
+            between = sum(b * math.prod(box.get(q, 1) for q in rows[lvl + 1:] if q in d)
+                          for d, b in reads.values())
+            if between > cap:
+                times *= box.get(r, 1)
+        out[t] = times
+    return out
+
+
+def _read_waste(shape, perm, box, item: int, dev: DeviceSpec) -> float:
+    """Time factor of reading ``box`` of a tensor stored in ``perm`` order: runs shorter than
+    a line and far-apart regions, priced as in a loop group."""
+    return read_waste(line_waste(shape, perm, box), dev) \
+        * regions_waste(far_regions(shape, perm, box, item), dev)
+
+
 def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: DeviceSpec,
                 item: int) -> GroupCost:
     anchor = w.op(chain.anchor)
@@ -125,6 +169,7 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
     flops = recomputed = trans = compute_s = strided = 0.0
     moved = unique = 0.0
     seen: set[str] = set()
+    refetch = row_refetch(w, chain, box, item, dev.tile_cache_bytes)
     for name in chain.members:
         if name == chain.norm_op:
             continue                  # folded into one division per accumulator at the end
@@ -159,10 +204,15 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
                 # runs shorter than a line and rows pages apart, priced as in a loop group
                 # (triangle attention's keys kh[h,k,j,d] walked along k with k stored
                 # outermost: 256 rows 32 KiB apart a tile)
-                perm = layout_of(a.tensor)
-                waste = read_waste(line_waste(w.shapes[a.tensor], perm, run_box), dev) \
-                    * regions_waste(far_regions(w.shapes[a.tensor], perm, run_box, item), dev)
-                moved += max(per_run * n_tiles * waste, nbytes)
+                shape, perm = w.shapes[a.tensor], layout_of(a.tensor)
+                moved += max(per_run * n_tiles * _read_waste(shape, perm, run_box, item, dev),
+                             nbytes)
+                if refetch[a.tensor] > 1 and a.tensor not in seen:
+                    # read again by later rows (row_refetch), a row's slice at a time
+                    row_box = tuple(1 if names[i].startswith("r") else e
+                                    for i, e in zip(a.idx, run_box))
+                    moved += per_run * n_tiles * (refetch[a.tensor] - 1) \
+                        * _read_waste(shape, perm, row_box, item, dev)
             unique += nbytes if a.tensor not in seen else 0.0
             seen.add(a.tensor)
         if name in mats or name == chain.anchor:
