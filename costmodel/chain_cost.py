@@ -108,10 +108,10 @@ def row_refetch(w, chain: Chain, box: dict[str, int], item: int, cap: float) -> 
     extent along the input's other dims); a row loop's next iteration finds the slices of the
     previous one still in the private cache (``cap`` bytes) only where everything the rows
     inside it read in between fits there.  Triangle attention around the ending node reads
-    its keys kh[h,k,j,d] and values per (h, j), 32 KiB a row: a tile of 8 x 64 x 2 rows (i,
-    j, h) reads 8 MiB of them before its next i comes back to the first, so it reads them once
-    per i; its chain ran 3.2 s where 1.3 s was predicted without these reads (the 2-core
-    AVX-512 host, model-check cpu-s37-9b7e75f)."""
+    its keys kh[h,k,j,d] per (h, j), 32 KiB a row, and a slice of its values: a tile of 8 x 64
+    x 2 rows (i, j, h) reads over 4 MiB of them before its next i comes back to the first, so
+    it reads them once per i; its chain ran 3.2 s where 1.3 s was predicted without these
+    reads (the 2-core AVX-512 host, model-check cpu-s37-9b7e75f)."""
     common = chain.common(chain.anchor)
     rows = [common[i] for i in w.op(chain.anchor).parallel if common[i].startswith("r")]
     reads: dict[str, tuple[set[str], float]] = {}
