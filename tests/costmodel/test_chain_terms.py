@@ -1,7 +1,12 @@
-"""A chain tile's rows read their slices of the walked inputs again where the rows between two
-uses of a slice read more than the private cache holds (``costmodel.chain_cost.row_refetch``).
-Triangle attention around the ending node is the case: its keys and values kh[h,k,j,d] are
-read per (h, j), and the tile runs its rows i outermost."""
+"""Two terms of an online-softmax chain's price (costmodel.chain_cost).
+
+``row_refetch``: a chain tile's rows read their slices of the walked inputs again where the
+rows between two uses of a slice read more than the private cache holds.  Triangle attention
+around the ending node is the case: its keys and values kh[h,k,j,d] are read per (h, j), and
+the tile runs its rows i outermost.
+
+``BLOCK_LOOP_S``: each member pays a fixed set-up per row and block of the walk: smaller
+blocks, more of it."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,6 +15,7 @@ import pytest
 
 import costmodel
 from autotune.backends.factory import backend_kind
+from costmodel import chain_cost
 from costmodel.chain_cost import row_refetch
 from costmodel.devices import CPU_DEFAULT
 from search_spaces import load_workload
@@ -35,6 +41,17 @@ def _box(w, chain, tiles):
     return box
 
 
+def _chain(workload: str, dev=CPU_DEFAULT, **change):
+    """The chained plan's chain group of ``workload`` with its schedule's fields ``change``d."""
+    w = load_workload(workload)
+    c = chained_plan(SearchSpace(w, backend_kind("cpu").tile_bounds))
+    chain = next(s for s in c.schedules if s.chain_block)
+    scheds = tuple(dataclasses.replace(s, **change) if s is chain else s for s in c.schedules)
+    c = dataclasses.replace(c, schedules=scheds)
+    (g,) = [g for g in costmodel.estimate(w, c, dev).groups if g.chain]
+    return g
+
+
 def test_keys_read_per_column_are_read_again_for_every_row_of_the_outer_loop(ending):
     w, chain = ending
     # go[i, j, h, d]: 8 x 64 x 2 rows; between two i the rows read 64 x 2 slices of 32 KiB
@@ -55,15 +72,8 @@ def test_rows_whose_slices_stay_in_cache_read_them_once(ending):
 
 
 def _chain_bytes(tiles, tile_cache: float) -> float:
-    w = load_workload("triangle_attention_ending")
-    c = chained_plan(SearchSpace(w, backend_kind("cpu").tile_bounds))
-    chain = next(s for s in c.schedules if s.chain_block)
-    scheds = tuple(dataclasses.replace(s, tiles=tiles) if s is chain else s
-                   for s in c.schedules)
-    c = dataclasses.replace(c, schedules=scheds)
     dev = dataclasses.replace(CPU_DEFAULT, tile_cache_bytes=tile_cache)
-    (g,) = [g for g in costmodel.estimate(w, c, dev).groups if g.chain]
-    return g.bytes
+    return _chain("triangle_attention_ending", dev, tiles=tiles).bytes
 
 
 def test_the_chain_pays_for_the_reads_again_in_its_bytes():
@@ -73,3 +83,13 @@ def test_the_chain_pays_for_the_reads_again_in_its_bytes():
     assert again - once >= 2 * 7 * 256 * 256 * 4 * 32 * 4
     # a tile whose slices stay in cache pays nothing more
     assert _chain_bytes((8, 1, 1, 32), CAP) == _chain_bytes((8, 1, 1, 32), 1e12)
+
+
+def test_the_block_loops_cost_in_proportion_to_the_blocks(monkeypatch):
+    with_loops = {b: _chain("attention", chain_block=b).predicted_s for b in (16, 128)}
+    monkeypatch.setattr(chain_cost, "BLOCK_LOOP_S", 0.0)
+    without = {b: _chain("attention", chain_block=b).predicted_s for b in (16, 128)}
+    added = {b: with_loops[b] - without[b] for b in (16, 128)}
+    assert added[128] > 0
+    # attention walks 256 keys: 16 blocks of 16 against 2 of 128, the same rows and members
+    assert added[16] == pytest.approx(8 * added[128], rel=1e-9)
