@@ -81,7 +81,7 @@ def _lanes(w, chain: Chain, name: str, block: int, box: dict, layout_of,
 VECTOR_EFFICIENCY = 0.7
 
 
-# Seconds of one thread per row, block of the walk and member: the member's short loop over the
+# Seconds of one CPU thread per row, block of the walk and member: the member's short loop over the
 # block started and finished (its bounds, the vector remainder, a max's or a sum's horizontal
 # reduction), which the rates of its points leave out.  Fitted on the model-check databases of
 # the attention family (cpu-s37-9b7e75f; 2-core AVX-512 host): msa_row_attention's chains at
@@ -185,7 +185,9 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
     flops = recomputed = trans = compute_s = strided = 0.0
     moved = unique = 0.0
     seen: set[str] = set()
-    refetch = row_refetch(w, chain, box, item, dev.tile_cache_bytes)
+    # a CPU tile runs its rows in a loop (a GPU's chain runs a row a thread)
+    refetch = row_refetch(w, chain, box, item, dev.tile_cache_bytes) if dev.kind == "cpu" \
+        else {}
     for name in chain.members:
         if name == chain.norm_op:
             continue                  # folded into one division per accumulator at the end
@@ -223,7 +225,7 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
                 shape, perm = w.shapes[a.tensor], layout_of(a.tensor)
                 moved += max(per_run * n_tiles * _read_waste(shape, perm, run_box, item, dev),
                              nbytes)
-                if refetch[a.tensor] > 1 and a.tensor not in seen:
+                if refetch.get(a.tensor, 1.0) > 1 and a.tensor not in seen:
                     # read again by later rows (row_refetch), a row's slice at a time
                     row_box = tuple(1 if names[i].startswith("r") else e
                                     for i, e in zip(a.idx, run_box))
@@ -240,8 +242,9 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
     trans += rescale
     compute_s += rescale * (3 + acc + dev.functions.weight("exp", dev.transcendental_flops)) \
         / dev.loop_flops
-    # and per row, block and member the set-up of that member's loop over the block
-    compute_s += rescale * len(chain.members) * BLOCK_LOOP_S / max(dev.parallel_units, 1)
+    if dev.kind == "cpu":
+        # and per row, block and member the set-up of that member's loop over the block
+        compute_s += rescale * len(chain.members) * BLOCK_LOOP_S / max(dev.parallel_units, 1)
     occupancy, serial = loop_occupancy(w, chain.members, n_tiles, dev)
     order, chunk = tile_dealing(anchor.out_shape, tuple(eff), tuple(layout_of(chain.anchor)),
                                 item)

@@ -93,3 +93,16 @@ def test_the_block_loops_cost_in_proportion_to_the_blocks(monkeypatch):
     assert added[128] > 0
     # attention walks 256 keys: 16 blocks of 16 against 2 of 128, the same rows and members
     assert added[16] == pytest.approx(8 * added[128], rel=1e-9)
+
+
+def test_a_gpu_chain_pays_neither_term(monkeypatch):
+    """A GPU runs a chain's rows a thread each: no loop over the tile's rows, none over a
+    block's points per row either."""
+    from costmodel.devices import H200
+    before = {b: _chain("triangle_attention_ending", H200, chain_block=b) for b in (16, 128)}
+    monkeypatch.setattr(chain_cost, "BLOCK_LOOP_S", 0.0)
+    monkeypatch.setattr(chain_cost, "row_refetch",
+                        lambda *a, **k: pytest.fail("row_refetch asked for a GPU"))
+    for b, g in before.items():
+        after = _chain("triangle_attention_ending", H200, chain_block=b)
+        assert (after.predicted_s, after.bytes) == (g.predicted_s, g.bytes)
