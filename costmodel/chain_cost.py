@@ -117,6 +117,14 @@ def _vector_members(w, chain: Chain, block: int, box, ext, acc: int, layout_of,
     return vec, step
 
 
+def _row_slice(names: dict, op, a, box: dict[str, int]) -> tuple[int, ...]:
+    """Extents of the read ``a`` of member ``op`` (``names``: its indices' common names) that
+    one row of a tile reads: 1 along the rows, the tile's extent (or the op's whole extent: the
+    walk, its own reduction) along the rest."""
+    return tuple(1 if names[i].startswith("r") else box.get(names[i], op.extent(i))
+                 for i in a.idx)
+
+
 def row_refetch(w, chain: Chain, box: dict[str, int], item: int, cap: float) -> dict[str, float]:
     """Per tensor the chain reads (an input of a member): how many times a tile reads each of
     the elements it reads.  The tile runs its rows in the anchor's order (chain_loops'
@@ -136,10 +144,8 @@ def row_refetch(w, chain: Chain, box: dict[str, int], item: int, cap: float) -> 
         for a in op.reads():
             if a.tensor in chain.members or a.tensor in reads:
                 continue
-            dims = [names[i] for i in a.idx]
-            per_row = math.prod(1 if d.startswith("r") else box.get(d, op.extent(i))
-                                for d, i in zip(dims, a.idx))
-            reads[a.tensor] = (set(dims), per_row * item)
+            reads[a.tensor] = ({names[i] for i in a.idx},
+                               math.prod(_row_slice(names, op, a, box)) * item)
     out = {}
     for t, (dims, _) in reads.items():
         times = 1.0
@@ -227,10 +233,8 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
                              nbytes)
                 if refetch.get(a.tensor, 1.0) > 1 and a.tensor not in seen:
                     # read again by later rows (row_refetch), a row's slice at a time
-                    row_box = tuple(1 if names[i].startswith("r") else e
-                                    for i, e in zip(a.idx, run_box))
                     moved += per_run * n_tiles * (refetch[a.tensor] - 1) \
-                        * _read_waste(shape, perm, row_box, item, dev)
+                        * _read_waste(shape, perm, _row_slice(names, op, a, box), item, dev)
             unique += nbytes if a.tensor not in seen else 0.0
             seen.add(a.tensor)
         if name in mats or name == chain.anchor:
