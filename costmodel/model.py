@@ -47,6 +47,19 @@ from .stack_cost import stack_copy_bytes, stacked_group
 # 0.749 / 0.744, and a corrected top-1 regret over 10 % (attention's) at 0.125 and 0.2 only.
 GATHERED_UPDATE_VEC = 0.25
 
+# What one element of a strided walk costs an elementwise statement on a CPU, in flop-equivalents
+# at the one-lane rate (loop_flops / vector_width), whatever the statement computes: each
+# element is a load or store of its own (a gather or scatter of GCC's vector code), which a
+# statement of one or two flops does not hide.  Measured (2 cores, AVX-512, GCC 12): the bias
+# adds out = po + b of five built-ins with the channel loop outside (tiles of 1 or 2 on it)
+# ran 0.9-1.1 ns an element over two strided accesses, 2.2x (median) their flop-priced
+# prediction, 5.8x at the 90th percentile; the model-check data of the 11 built-ins re-scored
+# with 1.5 / 2 / 2.5 / 3 / 4 / 5: mean Spearman rho 0.834 / 0.836 / 0.839 / 0.840 / 0.841 /
+# 0.841 (0.831 without), and outer_product_mean's top-1 regret 22.7 % -> 4.9 % from 1.5 on.
+# Updates (+=, max=) keep their own rates (GATHERED_UPDATE_VEC, and the scatters' below): with
+# them too, the projections that gather (attention's q, k, v) were overpriced 2-6x.
+STRIDED_ACCESS_FLOPS = 3.0
+
 _MEMO = GroupMemo()   # loop and kernel groups' prices, reused by candidates that price them alike
 
 
@@ -173,6 +186,7 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
         # a strided walk in the innermost loop (any operand, tile buffers included) turns
         # vector loads into gathers: count the loop as scalar
         walks_strided = gathers = scatters = False
+        n_strided = 0        # accesses per iteration that walk the innermost loop with a stride
         for acc in op.reads():
             if inner not in acc.idx:
                 continue
@@ -185,6 +199,7 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
             if st[acc.idx.index(inner)] != 1:
                 vec = min(vec, 1.0 / dev.vector_width)
                 walks_strided = gathers = True
+                n_strided += 1
         # so does a write (or a sum's read-modify-write) walked with a stride whose lines
         # come back late; one whose lines stay in L1 only stores element by element (the
         # heuristic trimul's layer norm into channel-first tn: 0.06-0.09 s, predicted 0.03 s
@@ -203,6 +218,7 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
                 far = write_conflict or revisited_far(wst, mp.order, nest)
                 vec = min(vec, 1.0 / dev.vector_width if far else 0.5)
                 walks_strided, scatters = True, far
+                n_strided += 1
         if gathers and not scatters and op.reduction and inner in op.parallel \
                 and dev.kind == "cpu":
             # an update that gathers (into a target whose lines stay near) is left to GCC's
@@ -210,8 +226,11 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
             vec = GATHERED_UPDATE_VEC
         if walks_strided:
             strided += mp.executions * f
-        compute_s += mp.executions * (f + transcendental_weight(op.expr, dev)) \
-            / (dev.loop_flops * vec)
+        op_s = mp.executions * (f + transcendental_weight(op.expr, dev)) / (dev.loop_flops * vec)
+        if n_strided and not op.reduction and dev.kind == "cpu":
+            op_s = max(op_s, mp.executions * n_strided * STRIDED_ACCESS_FLOPS
+                       / (dev.loop_flops / dev.vector_width))
+        compute_s += op_s
         for acc in op.reads():
             if acc.tensor in members:
                 continue
