@@ -12,16 +12,16 @@ from __future__ import annotations
 import math
 
 from search_spaces.chain import WALKED, Chain
-from search_spaces.chain_walk import (row_step, vector_score, vector_update, walk_innermost,
-                                     walks_strided)
+from search_spaces.chain_walk import (repacked_layouts, row_step, vector_score, vector_update,
+                                     walk_innermost, walks_strided)
 from search_spaces.footprint import tile_dealing, tile_sizes
 from search_spaces.tile_work import dealt_share, masked_chain_work
 
 from .devices import DeviceSpec
 from .kernel_cost import peak_flops
 from .estimate import FusedProducer, GroupCost
-from .rates import (LINE_ELEMS, far_regions, line_waste, loop_launch_s, loop_occupancy, read_waste,
-                    reduction_gain, regions_waste, tile_overhead_s, transcendental_weight)
+from .rates import (LINE_ELEMS, copy_waste, far_regions, line_waste, loop_launch_s, loop_occupancy,
+                    read_waste, reduction_gain, regions_waste, tile_overhead_s, transcendental_weight)
 
 
 def _row_acc(chain: Chain, anchor, tiles) -> tuple[dict[str, int], int]:
@@ -171,6 +171,13 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
                 item: int) -> GroupCost:
     anchor = w.op(chain.anchor)
     common = chain.common(chain.anchor)
+    packed: dict = {}
+    if dev.kind == "cpu":
+        # the CPU code reads these inputs from a copy with the walk innermost, made by a
+        # transposing pass of its own before the walk
+        layout_of, packed = repacked_layouts(w, chain, layout_of)
+    pack_s = sum(2 * math.prod(w.shapes[t]) * item * copy_waste(1, dev)
+                 for t in packed) / dev.bandwidth
     eff = tile_sizes(anchor, tiles)
     ext = {common[i]: e for i, e in zip(anchor.parallel, anchor.out_shape)}
     box = {common[i]: t for i, t in zip(anchor.parallel, eff)}
@@ -260,7 +267,8 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
     overhead_s = tile_overhead_s(dev, n_tiles, chunk, len(chain.members))
     memory_s = moved / (dev.bandwidth * (occupancy if serial else 1.0))
     bound = "compute" if compute_s + overhead_s >= memory_s else "memory"
-    t = max(compute_s + overhead_s, memory_s) + loop_launch_s(dev, serial)
+    t = max(compute_s + overhead_s, memory_s) + loop_launch_s(dev, serial) + pack_s
+    moved += pack_s * dev.bandwidth
     return GroupCost(ops=chain.members, anchor=chain.anchor, impl="loop", tiles=tuple(eff),
                      predicted_s=t, flops=flops, recomputed_flops=recomputed,
                      transcendentals=trans, bytes=moved, unique_bytes=unique, launches=1,

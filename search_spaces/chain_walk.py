@@ -57,15 +57,18 @@ def shared_rows(w: Workload, chain: Chain) -> list[str]:
 def row_step(w: Workload, chain: Chain, extents: dict[str, int], acc: int) -> tuple[str, int]:
     """(row dim, rows) a CPU chain tile advances at once: the shared row with most points in
     the tile (``extents``: common name -> the tile's extent), 8 rows while a row's accumulators
-    (``acc`` values) fit two vector registers' worth or so, 4 beyond, none where no row is
-    shared or the tile holds one.  Why 8: attention's chain (S=256, H=8, D=32, blocks of 64)
-    as standalone C ran 0.27 ms at 4 rows and 0.23 ms at 8, 16 spilled (0.47 ms); one row at a
-    time, the generated group ran 1.19 ms (2-core AVX-512 host, scratch prototype)."""
+    (``acc`` values) fit two AVX-512 registers, 6 while they fit four (24 of the 32 registers
+    then hold them), 4 beyond, none where no row is shared or the tile holds one.  Why 8:
+    attention's chain (S=256, H=8, D=32, blocks of 64) as standalone C ran 0.27 ms at 4 rows
+    and 0.23 ms at 8, 16 spilled (0.47 ms); one row at a time, the generated group ran 1.19 ms
+    (2-core AVX-512 host, scratch prototype).  Why 6: grouped-query attention (D=64, 64
+    accumulators a row), its chained plan at 2 / 4 / 6 / 8 rows: 5.07 / 4.81 / 3.83 / 4.30 ms
+    (one process, 7 interleaved rounds; 8 rows hold 32 accumulator registers and spill)."""
     rows = [c for c in shared_rows(w, chain) if extents.get(c, 1) > 1]
     if not rows:
         return "", 1
     dim = max(rows, key=lambda c: extents[c])
-    return dim, min(8 if acc <= 64 else 4, extents[dim])
+    return dim, min(8 if acc <= 32 else 6 if acc <= 64 else 4, extents[dim])
 
 
 def _along(e: Expr, names: dict[str, str], common: str) -> bool:
@@ -125,3 +128,39 @@ def step_group(rows: int, acc: int, tile_rows: int, item: int) -> int:
     ``item`` bytes each) within STATE_BYTES."""
     fit = max(1, STATE_BYTES // (rows * (acc + 2) * item))
     return max(1, min(fit, -(-tile_rows // rows)))
+
+
+def repacked(w: Workload, chain: Chain, layout_of) -> dict[str, tuple[int, ...]]:
+    """Inputs of the program a CPU chain copies, once per call, into a layout with the walk
+    innermost (tensor -> that storage order: its other dims in their own order, then the
+    walked one): those read only by score ops, along the walk with a stride.  A key stored
+    [j, g, d] (grouped-query attention's, or any model's keys as they come) makes each score
+    a dot product over d, summed across the vector and stored one by one; the copy [g, d, j]
+    lets the score run the walk in vector registers (vector_score), as an intermediate's
+    layout chosen by the search does.  GQA (G=2, R=4, S=512, D=64), the chained plan: 5.5 ms
+    one dot product at a time (2-core AVX-512 host)."""
+    inputs = set(w.input_names)
+    readers: dict[str, set[str]] = {}
+    for name in chain.members:
+        for a in w.op(name).reads():
+            readers.setdefault(a.tensor, set()).add(name)
+    out = {}
+    for name in chain.scores:
+        op = w.op(name)
+        names = chain.common(name)
+        for a in op.reads():
+            if a.tensor not in inputs or not readers[a.tensor] <= set(chain.scores) \
+                    or len(set(a.idx)) != len(a.idx):
+                continue
+            walk = [k for k, i in enumerate(a.idx) if names[i] == WALKED]
+            perm = tuple(layout_of(a.tensor))
+            if walk and strides(w.shapes[a.tensor], perm)[walk[0]] != 1:
+                out[a.tensor] = tuple(d for d in perm if d != walk[0]) + (walk[0],)
+    return out
+
+
+def repacked_layouts(w: Workload, chain: Chain, layout_of):
+    """``layout_of`` with the :func:`repacked` inputs in their copies' order (what the chain's
+    code reads, and what its price walks)."""
+    packed = repacked(w, chain, layout_of)
+    return (lambda t: packed[t] if t in packed else layout_of(t)), packed

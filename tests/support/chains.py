@@ -67,6 +67,24 @@ e[h,i,j]   = exp(t[h,i,j] - m[h,i])
 l[h,i]    += e[h,i,j]
 o[h,i,d]  += e[h,i,j] * v[h,j,d] / l[h,i]
 """
+# grouped-query attention: each key/value head g serves R query heads; keys and values stored
+# [j][g][d] as models pass them (the keys strided along the walk: a CPU chain reads a copy with
+# the walk innermost, search_spaces.chain_walk.repacked; the values are read along d)
+GQA = """
+s[g,r,i,j] += q[i,g,r,d] * k[j,g,d] * 0.125
+m[g,r,i] max= s[g,r,i,j]
+e[g,r,i,j] = exp(s[g,r,i,j] - m[g,r,i])
+l[g,r,i]  += e[g,r,i,j]
+o[i,g,r,d] += e[g,r,i,j] * v[j,g,d] / l[g,r,i]
+"""
+# self-attention of one input: x gives the keys and the values, so no copy of it serves both
+SELF = """
+s[i,j]  += x[i,c] * x[j,c]
+m[i]   max= s[i,j]
+e[i,j]   = exp(s[i,j] - m[i])
+l[i]    += e[i,j]
+o[i,c]  += e[i,j] * x[j,c] / l[i]
+"""
 BROKEN = {
     # the exponential times the score: not exp(X - m)
     "times_score": ("p[i,j]    = exp(x[i,j] - m[i])", "p[i,j] = exp(x[i,j] - m[i]) * x[i,j]"),
@@ -145,3 +163,13 @@ def cross(h: int = 2, t: int = 13, s: int = 64, c: int = 8, d: int = 16,
     return chain_workload(CROSS, ["o"], {"H": h, "T": t, "S": s, "C": c, "D": d},
                           {"q": ["H", "T", "C"], "k": ["H", "C", "S"], "v": ["H", "S", "D"]},
                           "cross", dtype=dtype)
+
+
+def gqa(g: int = 2, r: int = 3, s: int = 37, d: int = 16, dtype: str = "float64") -> Workload:
+    return chain_workload(GQA, ["o"], {"G": g, "R": r, "S": s, "D": d},
+                          {"q": ["S", "G", "R", "D"], "k": ["S", "G", "D"], "v": ["S", "G", "D"]},
+                          "gqa", dtype=dtype)
+
+
+def self_attention(s: int = 37, c: int = 16) -> Workload:
+    return chain_workload(SELF, ["o"], {"S": s, "C": c}, {"x": ["S", "C"]}, "self_attention")

@@ -17,6 +17,7 @@ import numpy as np
 
 from search_spaces.candidate import IMPL_LOOP, Candidate
 from search_spaces.chain import detect
+from search_spaces.chain_walk import repacked_layouts
 from search_spaces.partition import groups, materialized
 from search_spaces.footprint import accumulates_in_tile, strides, tile_dealing
 from search_spaces.inlining import inlined_members
@@ -278,6 +279,29 @@ class _Emitter(LoopEmitter):
                 self.member(mp)
         return self.lines
 
+    repack: dict[str, tuple[int, ...]] = {}    # inputs copied into another layout first
+
+    def repack_code(self) -> list[str]:
+        """Each ``repack`` input copied from its argument ``A_t`` into ``P_t``, stored in its
+        new order, by all threads (the copy's own loop nest, written contiguously), then read
+        as ``G_t`` by the group."""
+        ct, out = self.ctype, []
+        for t, perm in self.repack.items():
+            shape = self.w.shapes[t]
+            old, new = strides(shape, self.base_layout_of(t)), strides(shape, perm)
+            n = math.prod(shape)
+            out.append(f"  {ct} *restrict P_{t} = ({ct} *)aligned_alloc({ALIGN}, "
+                       f"(sizeof({ct}) * {n}L + {ALIGN - 1}) / {ALIGN} * {ALIGN});")
+            par = f" collapse({min(2, len(perm) - 1)})" if len(perm) > 2 else ""
+            out.append(f"  #pragma omp parallel for{par}" if len(perm) > 1 else "")
+            for k, d in enumerate(perm):
+                out.append(f"  {'  ' * k}for (long p{d} = 0; p{d} < {shape[d]}L; p{d}++)")
+            src = " + ".join(f"p{d}*{old[d]}L" for d in range(len(shape)))
+            dst = " + ".join(f"p{d}*{new[d]}L" for d in range(len(shape)))
+            out.append(f"  {'  ' * len(perm)}P_{t}[{dst}] = A_{t}[{src}];")
+            out.append(f"  const {ct} *restrict G_{t} = P_{t};")
+        return out
+
     def emit(self, index: int) -> tuple[str, GroupKernel]:
         g = self.g
         reads, writes = self.arguments()
@@ -287,7 +311,9 @@ class _Emitter(LoopEmitter):
         head = [f"void {name}(void **args) {{"]
         for k, t in enumerate(args):
             const = "const " if t in reads else ""
-            head.append(f"  {const}{ct} *restrict G_{t} = ({const}{ct} *)args[{k}];")
+            arg = "A" if t in self.repack else "G"
+            head.append(f"  {const}{ct} *restrict {arg}_{t} = ({const}{ct} *)args[{k}];")
+        head += self.repack_code()
         nd = len(self.anchor.parallel)
         # a group too small to share runs on the calling thread (search_spaces.serial)
         serial = " if(0)" if loop_group_serial(self.w, g.members) else ""
@@ -322,7 +348,8 @@ class _Emitter(LoopEmitter):
         for k in range(nd):
             head.append(self.tile_bounds(k, "    "))
         body = self.tile_body()
-        tail = ["  }"] + [f"  free({m});" for m, _ in locals_] + ["  }", "}"]
+        tail = ["  }"] + [f"  free({m});" for m, _ in locals_] + ["  }"] + \
+            [f"  free(P_{t});" for t in self.repack] + ["}"]
         src = "\n".join(head + body + tail)
         return src, GroupKernel(index, name, g.anchor, args, tuple(writes))
 
@@ -340,6 +367,14 @@ class _ChainEmitter(ChainLoops, _Emitter):
     # (four chains, every block size, one process, 5 interleaved rounds).
     simd_sum = ""
     vector_walk = True
+
+    def setup_chain(self, chain, block: int, row_steps: bool = False) -> None:
+        # inputs the scores read along the walk with a stride are read from a copy with the
+        # walk innermost (search_spaces.chain_walk.repacked): every decision of the chain's
+        # code (vector scores, row steps) and every offset it prints sees the copy's layout
+        self.base_layout_of = self.layout_of
+        self.layout_of, self.repack = repacked_layouts(self.w, chain, self.base_layout_of)
+        super().setup_chain(chain, block, row_steps)
 
     def tile_buffers(self) -> list[tuple[str, int]]:
         return self.chain_buffers()

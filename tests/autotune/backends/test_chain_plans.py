@@ -17,7 +17,7 @@ from search_spaces.chain import detect
 from search_spaces.chain_walk import shared_rows
 from search_spaces.plans import chained_plan
 from search_spaces.space import SearchSpace
-from tests.support.chains import band, biased, cross, inline, lse, plain
+from tests.support.chains import band, biased, cross, gqa, inline, lse, plain, self_attention
 from tests.support.searches import search_rows
 
 WORKLOADS = {
@@ -33,6 +33,8 @@ WORKLOADS = {
     "inline": lambda: inline(5, 35, 3),
     "band": lambda: band(2, 37, 4),
     "cross": lambda: cross(s=37),
+    "gqa": gqa,
+    "self_attention": self_attention,
 }
 
 
@@ -169,8 +171,8 @@ def test_cpu_chain_steps_shared_rows_with_sums_in_vector_registers(dtype, t, d, 
     # the query rows i are read by no walked operand (k, v): a tile runs 8 of them at once
     # (13 rows: the second step repeats the last), the scores summed over c into vector
     # registers (k contiguous along j, blocks dividing S) and the accumulators over d too;
-    # at 64 accumulators a row, 7 steps share each block (70 rows: the second group's third
-    # step would start past the tile and is left out)
+    # at 64 accumulators a row, 6 rows a step (24 registers of accumulators), 10 steps share
+    # each block (70 rows: the second group's two steps, the last repeating rows)
     w = cross(t=t, d=d, dtype=dtype)
     (chain,) = detect(w).values()
     assert shared_rows(w, chain) == [chain.common("o")["d1"]]
@@ -182,7 +184,8 @@ def test_cpu_chain_steps_shared_rows_with_sums_in_vector_registers(dtype, t, d, 
                            if n.startswith("chain_block:") else opts[-1])
         src, _ = generate(w, cand)
         suf = "f" if dtype == "float32" else ""
-        assert "8 rows at once" in src and f"at_vload{suf}(&G_k[" in src \
+        rows = 8 if d <= 32 else 6
+        assert f"{rows} rows at once" in src and f"at_vload{suf}(&G_k[" in src \
             and f"at_vload{suf}(&G_v[" in src and "_o[rr][_x] +=" in src, src
         _, why = verify(CompiledPlan(w, cand, tmp_path)(**inputs), ref, w.rtol)
         assert not why, f"block {block}: {why}"
