@@ -175,7 +175,7 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
     if dev.kind == "cpu":
         # the CPU code reads these inputs from a copy with the walk innermost, made by a
         # transposing pass of its own before the walk
-        layout_of, packed = repacked_layouts(w, chain, layout_of)
+        layout_of, packed = repacked_layouts(w, chain, layout_of, block)
     pack_s = sum(2 * math.prod(w.shapes[t]) * item * copy_waste(1, dev)
                  for t in packed) / dev.bandwidth
     eff = tile_sizes(anchor, tiles)

@@ -373,7 +373,8 @@ class _ChainEmitter(ChainLoops, _Emitter):
         # walk innermost (search_spaces.chain_walk.repacked): every decision of the chain's
         # code (vector scores, row steps) and every offset it prints sees the copy's layout
         self.base_layout_of = self.layout_of
-        self.layout_of, self.repack = repacked_layouts(self.w, chain, self.base_layout_of)
+        self.layout_of, self.repack = repacked_layouts(self.w, chain, self.base_layout_of,
+                                                       block)
         super().setup_chain(chain, block, row_steps)
 
     def tile_buffers(self) -> list[tuple[str, int]]:

@@ -19,19 +19,22 @@ from search_spaces.space import SearchSpace
 from tests.support.chains import cross, gqa, self_attention
 
 
-def _repacked(w):
+def _repacked(w, block=16):
     (chain,) = detect(w).values()
-    return repacked(w, chain, lambda t: tuple(range(len(w.shapes[t]))))
+    return repacked(w, chain, lambda t: tuple(range(len(w.shapes[t]))), block)
 
 
 def test_keys_strided_along_the_walk_are_copied_walk_innermost():
     # k[j, g, d] stored as declared: the copy is [g, d, j]; the values are read along d
-    assert _repacked(gqa()) == {"k": (1, 2, 0)}
+    assert _repacked(gqa(s=64)) == {"k": (1, 2, 0)}
+    # not where the blocks leave the walk's end partial (no vector scores: the copy would
+    # turn each dot product into a strided one)
+    assert _repacked(gqa(s=37)) == {}
 
 
 def test_no_copy_where_the_walk_is_contiguous_or_the_input_serves_the_update():
-    assert _repacked(cross()) == {}            # keys stored [h][c][j] already
-    assert _repacked(self_attention()) == {}   # x is the keys and the values
+    assert _repacked(cross()) == {}                 # keys stored [h][c][j] already
+    assert _repacked(self_attention(s=64)) == {}    # x is the keys and the values
 
 
 def test_the_chain_code_fills_the_copy_and_scores_from_it_in_vectors():
@@ -42,7 +45,7 @@ def test_the_chain_code_fills_the_copy_and_scores_from_it_in_vectors():
     assert "at_vloadf(&G_k[" in src                # the scores' vector loads, from the copy
     (chain,) = detect(w).values()
     packed = {"k": (1, 2, 0)}
-    lay = lambda t: packed.get(t, tuple(range(len(w.shapes[t]))))
+    lay = lambda t: packed.get(t, tuple(range(len(w.shapes[t]))))   # noqa: E731
     block = next(s.chain_block for s in cand.schedules if s.chain_block)
     assert vector_score(w, chain, "s", block, lay)
 
@@ -55,7 +58,7 @@ def _price(dev):
 
 def test_the_cpu_price_sees_the_copy_and_the_gpu_price_does_not(monkeypatch):
     with_copy = {d.name: _price(replace(d, name=d.name + "-repack-a")) for d in (CPU_DEFAULT, H100)}
-    monkeypatch.setattr(costmodel.chain_cost, "repacked_layouts", lambda w, c, lay: (lay, {}))
+    monkeypatch.setattr(costmodel.chain_cost, "repacked_layouts", lambda w, c, lay, block: (lay, {}))
     without = {d.name: _price(replace(d, name=d.name + "-repack-b")) for d in (CPU_DEFAULT, H100)}
     # the scores' dot products one at a time are dearer than the copy and the vector walk
     assert with_copy["cpu"] < 0.9 * without["cpu"]
