@@ -29,6 +29,7 @@ from search_spaces.workload import Workload
 from autotune.backends.buffers import ALIGN
 from autotune.backends.chain_loops import ChainLoops
 from autotune.backends.cpu.prelude import EXP_BOUNDS, PRELUDE  # noqa: F401 (re-exported)
+from autotune.backends.cpu.repack import repack_code
 from autotune.backends.cpu.strided_walk import walks_a_stride
 from autotune.backends.loops import LoopEmitter
 
@@ -281,27 +282,6 @@ class _Emitter(LoopEmitter):
 
     repack: dict[str, tuple[int, ...]] = {}    # inputs copied into another layout first
 
-    def repack_code(self) -> list[str]:
-        """Each ``repack`` input copied from its argument ``A_t`` into ``P_t``, stored in its
-        new order, by all threads (the copy's own loop nest, written contiguously), then read
-        as ``G_t`` by the group."""
-        ct, out = self.ctype, []
-        for t, perm in self.repack.items():
-            shape = self.w.shapes[t]
-            old, new = strides(shape, self.base_layout_of(t)), strides(shape, perm)
-            n = math.prod(shape)
-            out.append(f"  {ct} *restrict P_{t} = ({ct} *)aligned_alloc({ALIGN}, "
-                       f"(sizeof({ct}) * {n}L + {ALIGN - 1}) / {ALIGN} * {ALIGN});")
-            par = f" collapse({min(2, len(perm) - 1)})" if len(perm) > 2 else ""
-            out.append(f"  #pragma omp parallel for{par}" if len(perm) > 1 else "")
-            for k, d in enumerate(perm):
-                out.append(f"  {'  ' * k}for (long p{d} = 0; p{d} < {shape[d]}L; p{d}++)")
-            src = " + ".join(f"p{d}*{old[d]}L" for d in range(len(shape)))
-            dst = " + ".join(f"p{d}*{new[d]}L" for d in range(len(shape)))
-            out.append(f"  {'  ' * len(perm)}P_{t}[{dst}] = A_{t}[{src}];")
-            out.append(f"  const {ct} *restrict G_{t} = P_{t};")
-        return out
-
     def emit(self, index: int) -> tuple[str, GroupKernel]:
         g = self.g
         reads, writes = self.arguments()
@@ -313,7 +293,8 @@ class _Emitter(LoopEmitter):
             const = "const " if t in reads else ""
             arg = "A" if t in self.repack else "G"
             head.append(f"  {const}{ct} *restrict {arg}_{t} = ({const}{ct} *)args[{k}];")
-        head += self.repack_code()
+        if self.repack:     # read from copies (set by a chain's setup_chain)
+            head += repack_code(self.w.shapes, self.repack, self.base_layout_of, ct)
         nd = len(self.anchor.parallel)
         # a group too small to share runs on the calling thread (search_spaces.serial)
         serial = " if(0)" if loop_group_serial(self.w, g.members) else ""
