@@ -54,7 +54,8 @@ def shared_rows(w: Workload, chain: Chain) -> list[str]:
     return [c for c in rows if c not in walked]
 
 
-def row_step(w: Workload, chain: Chain, extents: dict[str, int], acc: int) -> tuple[str, int]:
+def row_step(w: Workload, chain: Chain, extents: dict[str, int], acc: int,
+             vector_bytes: int = 64) -> tuple[str, int]:
     """(row dim, rows) a CPU chain tile advances at once: the shared row with most points in
     the tile (``extents``: common name -> the tile's extent), 8 rows while a row's accumulators
     (``acc`` values) fit two AVX-512 registers, 6 while they fit four (24 of the 32 registers
@@ -63,12 +64,16 @@ def row_step(w: Workload, chain: Chain, extents: dict[str, int], acc: int) -> tu
     and 0.23 ms at 8, 16 spilled (0.47 ms); one row at a time, the generated group ran 1.19 ms
     (2-core AVX-512 host, scratch prototype).  Why 6: grouped-query attention (D=64, 64
     accumulators a row), its chained plan at 2 / 4 / 6 / 8 rows: 5.07 / 4.81 / 3.83 / 4.30 ms
-    (one process, 7 interleaved rounds; 8 rows hold 32 accumulator registers and spill)."""
+    (one process, 7 interleaved rounds; 8 rows hold 32 accumulator registers and spill).  With
+    narrower vectors (``vector_bytes``: AVX2's 32, 16 registers) 4 rows at 64 accumulators:
+    the same plan compiled for AVX2 ran 4.32 / 6.00 / 5.57 ms at 4 / 6 / 8 rows.  (The cost
+    model prices the wide machine's step; the step changes its price little.)"""
     rows = [c for c in shared_rows(w, chain) if extents.get(c, 1) > 1]
     if not rows:
         return "", 1
     dim = max(rows, key=lambda c: extents[c])
-    return dim, min(8 if acc <= 32 else 6 if acc <= 64 else 4, extents[dim])
+    wide = 6 if vector_bytes >= 64 else 4
+    return dim, min(8 if acc <= 32 else wide if acc <= 64 else 4, extents[dim])
 
 
 def _along(e: Expr, names: dict[str, str], common: str) -> bool:

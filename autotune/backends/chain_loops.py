@@ -40,6 +40,8 @@ class ChainLoops(ChainVectors):
     simd_sum = "#pragma omp simd reduction(+:_a)"
     simd_max = "#pragma omp simd reduction(max:bm)"
 
+    vector_bytes = 64       # the widest vectors the code's machine runs (row_step)
+
     def setup_chain(self, chain: Chain, block: int, row_steps: bool = False) -> None:
         """``row_steps``: advance several rows at once where the chain shares a row dim
         (search_spaces.chain_walk.row_step); else one row at a time."""
@@ -58,7 +60,7 @@ class ChainLoops(ChainVectors):
         self.masks = masks_of(self.w, chain)
         self.rdim, self.R = row_step(self.w, chain, {c: self.eff[k] for k, c in
                                                      enumerate(self.adims)},
-                                     self.acc_size) if row_steps else ("", 1)
+                                     self.acc_size, self.vector_bytes) if row_steps else ("", 1)
         self.G = 1          # steps of a group, each block walked for all of them in turn
         if self.R > 1:      # the stepped rows innermost: a block's operands serve them all
             self.rows = [c for c in self.rows if c != self.rdim] + [self.rdim]

@@ -29,6 +29,7 @@ from search_spaces.workload import Workload
 from autotune.backends.buffers import ALIGN
 from autotune.backends.chain_loops import ChainLoops
 from autotune.backends.cpu.prelude import EXP_BOUNDS, PRELUDE  # noqa: F401 (re-exported)
+from autotune.backends.cpu.machine import machine_bounds
 from autotune.backends.cpu.repack import repack_code
 from autotune.backends.cpu.strided_walk import walks_a_stride
 from autotune.backends.loops import LoopEmitter
@@ -350,9 +351,9 @@ class _ChainEmitter(ChainLoops, _Emitter):
     vector_walk = True
 
     def setup_chain(self, chain, block: int, row_steps: bool = False) -> None:
-        # inputs the scores read along the walk with a stride are read from a copy with the
-        # walk innermost (search_spaces.chain_walk.repacked): every decision of the chain's
-        # code (vector scores, row steps) and every offset it prints sees the copy's layout
+        # inputs the scores walk with a stride are read from a copy, walk innermost (chain_walk.
+        # repacked): the chain's decisions (vector scores, row steps) and offsets see its layout
+        self.vector_bytes = machine_bounds().vec_bytes[0]
         self.base_layout_of = self.layout_of
         self.layout_of, self.repack = repacked_layouts(self.w, chain, self.base_layout_of,
                                                        block)

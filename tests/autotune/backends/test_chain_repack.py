@@ -13,7 +13,7 @@ import costmodel.chain_cost
 from autotune.backends.cpu.codegen import generate
 from costmodel.devices import CPU_DEFAULT, H100
 from search_spaces.chain import detect
-from search_spaces.chain_walk import repacked, vector_score
+from search_spaces.chain_walk import repacked, row_step, vector_score
 from search_spaces.plans import chained_plan
 from search_spaces.space import SearchSpace
 from tests.support.chains import cross, gqa, self_attention
@@ -63,3 +63,14 @@ def test_the_cpu_price_sees_the_copy_and_the_gpu_price_does_not(monkeypatch):
     # the scores' dot products one at a time are dearer than the copy and the vector walk
     assert with_copy["cpu"] < 0.9 * without["cpu"]
     assert with_copy["h100"] == pytest.approx(without["h100"], rel=1e-9)
+
+
+@pytest.mark.parametrize("acc,vector_bytes,rows", [(32, 64, 8), (32, 32, 8), (64, 64, 6),
+                                                   (64, 32, 4), (128, 64, 4)])
+def test_row_steps_follow_the_accumulators_and_the_vector_width(acc, vector_bytes, rows):
+    # 6 rows of 64 accumulators hold 24 of AVX-512's 32 registers; AVX2's 16 take 4 rows
+    w = gqa(s=64)
+    (chain,) = detect(w).values()
+    extents = {c: 16 for c in chain.common(chain.anchor).values()}
+    dim, step = row_step(w, chain, extents, acc, vector_bytes)
+    assert dim and step == rows
