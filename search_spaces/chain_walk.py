@@ -164,15 +164,19 @@ def repacked(w: Workload, chain: Chain, layout_of, block: int) -> dict[str, tupl
             perm = tuple(layout_of(a.tensor))
             if walk and strides(w.shapes[a.tensor], perm)[walk[0]] != 1:
                 out[a.tensor] = tuple(d for d in perm if d != walk[0]) + (walk[0],)
-    lay = lambda t: out[t] if t in out else layout_of(t)   # noqa: E731
+    lay = _overlaid(layout_of, out)
     if not all(vector_score(w, chain, name, block, lay) for name in chain.scores
                if out.keys() & {a.tensor for a in w.op(name).reads()}):
         return {}
     return out
 
 
+def _overlaid(layout_of, packed: dict[str, tuple[int, ...]]):
+    return lambda t: packed[t] if t in packed else layout_of(t)
+
+
 def repacked_layouts(w: Workload, chain: Chain, layout_of, block: int):
     """``layout_of`` with the :func:`repacked` inputs in their copies' order (what the chain's
     code reads, and what its price walks), and those inputs."""
     packed = repacked(w, chain, layout_of, block)
-    return (lambda t: packed[t] if t in packed else layout_of(t)), packed
+    return _overlaid(layout_of, packed), packed
