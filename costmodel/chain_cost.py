@@ -185,7 +185,7 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
     n_tiles = math.prod(math.ceil(e / t) for e, t in zip(anchor.out_shape, eff))
     free_tiles = math.prod(math.ceil(e / t) for i, e, t in zip(anchor.parallel, anchor.out_shape,
                                                                eff) if common[i].startswith("x"))
-    row_part = set(chain.scores) | {chain.max_op, chain.exp_op, chain.sum_op}
+    row_part = set(chain.scores) | {chain.max_op, chain.exp_op, chain.sum_op} - {None}
     rows = math.prod(e for c, e in ext.items() if c.startswith("r"))
     blocks = math.ceil(chain.extent / block)
     acc = chain_buffer_elems(chain, block, anchor, tiles) - block * (len(chain.scores) + 2)
@@ -249,10 +249,11 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
             unique += op.out_size * item
     # the rescale: per row, block and free tile one exponential, the max and the multiplies
     rescale = rows * blocks * free_tiles * kept
-    flops += rescale * (3 + acc)
-    trans += rescale
-    compute_s += rescale * (3 + acc + dev.functions.weight("exp", dev.transcendental_flops)) \
-        / dev.loop_flops
+    if chain.softmax:
+        flops += rescale * (3 + acc)
+        trans += rescale
+        compute_s += rescale * (3 + acc + dev.functions.weight("exp", dev.transcendental_flops)) \
+            / dev.loop_flops
     if dev.kind == "cpu":
         # and per row, block and member the set-up of that member's loop over the block
         compute_s += rescale * len(chain.members) * BLOCK_LOOP_S / max(dev.parallel_units, 1)

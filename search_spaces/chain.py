@@ -21,9 +21,16 @@ max over more than one index, is not a chain: it does not commute with the resca
 mapped onto common index names (``r<k>`` rows, ``jj`` the walked index, ``x<k>`` the
 contraction's free dims, ``y<n>_<k>`` a score op's own reductions) so that code generators and
 the cost model can evaluate every member with one set of loop variables.
+
+A plain chain (no max, no sum: ``max_op`` and ``sum_op`` None) is the same walk without the
+rescale: ``o[R,X] += p[R,j] * v[...]`` where ``p`` is elementwise over exactly ``(R, j)`` of
+score ops over ``(R, j)`` (a kernel matrix ``exp(-|x_i - z_j|^2)`` times coefficients, an MLP's
+activation times its second weight), so the scores never reach memory.  It is offered only
+where a row's accumulators are few (``PLAIN_MAX_ACC``): the walk keeps them for its whole length.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .ir import Access, Binary, Call, Expr, Op, Pow, accesses, rename, to_text
@@ -33,6 +40,9 @@ from .space_spec import edges_of
 from .workload import Workload
 
 WALKED = "jj"
+# a plain chain's row keeps the contraction's free points as accumulators through the walk:
+# past this many they are a buffer, not registers, and the unchained GEMMs win
+PLAIN_MAX_ACC = 256
 
 
 @dataclass(frozen=True)
@@ -41,9 +51,9 @@ class Chain:
     anchor: str
     members: tuple[str, ...]         # program order
     scores: tuple[str, ...]          # score ops evaluated per block of j (program order)
-    max_op: str
-    exp_op: str
-    sum_op: str
+    max_op: str | None               # None: a plain chain (no softmax, see the module doc)
+    exp_op: str                      # the weights the contraction sums (exp(X - m), or p)
+    sum_op: str | None
     norm_op: str | None
     contraction: str | None
     epilogue: str | None
@@ -53,6 +63,11 @@ class Chain:
     # positions in the contraction's factors (Op.factors) of those taken out of its sum: they
     # read the final max or sum at the contraction's rows and nothing walked
     outer: tuple[int, ...] = ()
+
+    @property
+    def softmax(self) -> bool:
+        """An online softmax (a running max and sum rescale the walk), not a plain chain."""
+        return self.max_op is not None
 
     def common(self, op: str) -> dict[str, str]:
         """``op``'s domain index names -> the chain's common names."""
@@ -74,6 +89,10 @@ class Chain:
     def text(self) -> str:
         """One line for ``explain``: the members and their roles."""
         roles = [f"scores {','.join(self.scores)}"] if self.scores else []
+        if not self.softmax:
+            roles += [f"weights {self.exp_op}", f"contraction {self.contraction}"]
+            roles += [f"epilogue {self.epilogue}"] if self.epilogue else []
+            return f"fused walk over an index of extent {self.extent}: " + ", ".join(roles)
         roles += [f"max {self.max_op}", f"exp {self.exp_op}", f"sum {self.sum_op}"]
         roles += [f"normalise {self.norm_op}"] if self.norm_op else []
         roles += [f"contraction {self.contraction}"] if self.contraction else []
@@ -148,7 +167,22 @@ def detect(w: Workload) -> dict[str, Chain]:
         ch = _chain_from(w, op)
         if ch is not None:
             out[ch.anchor] = ch
+    taken = {m for ch in out.values() for m in ch.members}
+    for op in w.ops:
+        if op.out in taken:
+            continue
+        ch = _plain_from(w, op)
+        if ch is not None and not taken & set(ch.members):
+            out[ch.anchor] = ch
+            taken |= set(ch.members)
     return out
+
+
+def offered(w: Workload, forbid: set[tuple[str, str]], loops: bool) -> dict[str, Chain]:
+    """:func:`detect`'s chains but those that fuse a ``forbid``-den edge or, where contractions
+    may not run as loops (``loops`` False: a ``contraction_impls`` table), walk one."""
+    return {a: ch for a, ch in detect(w).items() if not forbid & set(ch.edges)
+            and (loops or not any(w.op(m).is_contraction for m in ch.members))}
 
 
 def _chain_from(w: Workload, mop: Op) -> Chain | None:
@@ -240,23 +274,77 @@ def _chain_from(w: Workload, mop: Op) -> Chain | None:
     private = {p} | ({aop.out} if aop else set()) | set(scores)
     if any(t in w.outputs for t in private):
         return None
+    return _assemble(w, members, eop, names, lambda anchor, mem, e: Chain(
+        anchor, tuple(mem), tuple(scores), m, p, lop.out, aop.out if aop else None,
+        oop.out if oop else None, e, mop.extent(mop.reduction[0]),
+        tuple((k, tuple(v.items())) for k, v in names.items() if k in mem), edges_in(w, mem),
+        outer))
+
+
+def edges_in(w: Workload, mem) -> tuple[tuple[str, str], ...]:
+    return tuple((a, b) for a, b in edges_of(w.ops) if a in mem and b in mem)
+
+
+def _assemble(w: Workload, members: list[str], eop: Op | None, names, make) -> Chain | None:
+    """The chain ``make(anchor, members, epilogue)`` builds, with the epilogue where the
+    members with it form one legal group, else without; None when neither does."""
     for anchor_op in ([eop] if eop else []) + [None]:
         mem = members if anchor_op else [x for x in members if eop is None or x != eop.out]
-        edges = tuple((a, b) for a, b in edges_of(w.ops) if a in mem and b in mem)
+        edges = edges_in(w, mem)
         if check_partition(w, set(edges)) is not None:
             continue
         gs = [g for g in groups(w, set(edges)) if len(g.members) > 1]
         if len(gs) != 1 or set(gs[0].members) != set(mem):
             continue
-        return Chain(gs[0].anchor, tuple(mem), tuple(scores), m, p, lop.out,
-                     aop.out if aop else None, oop.out if oop else None,
-                     anchor_op.out if anchor_op else None, mop.extent(mop.reduction[0]),
-                     tuple((k, tuple(v.items())) for k, v in names.items() if k in mem),
-                     edges, outer)
+        return make(gs[0].anchor, mem, anchor_op.out if anchor_op else None)
     return None
 
 
-def _epilogue(w: Workload, names, chain_t: set[str], m: str, lop: Op, oop: Op | None):
+def _plain_from(w: Workload, oop: Op) -> Chain | None:
+    """A plain chain summed by the contraction ``oop`` (see the module doc), or None."""
+    if oop.combiner != "sum" or len(oop.reduction) != 1:
+        return None
+    j = oop.reduction[0]
+    for acc in oop.reads():
+        pop = w.producer.get(acc.tensor)
+        if pop is None or pop.combiner != "none" or pop.reduction or acc.tensor in w.outputs \
+                or list(w.consumers[acc.tensor]) != [oop.out] or j not in acc.idx \
+                or len(set(acc.idx)) != len(acc.idx):
+            continue
+        p = pop.out
+        rows_of = [i for i in acc.idx if i != j]
+        common = {i: f"r{k}" for k, i in enumerate(rows_of)} | {j: WALKED}
+        names: dict[str, dict[str, str]] = {p: {q: common[i] for q, i in
+                                                zip(pop.parallel, acc.idx)}}
+        mp = {i: common[i] for i in acc.idx}
+        free = [i for i in oop.parallel if i not in mp]
+        if not rows_of or not set(rows_of) <= set(oop.parallel) or \
+                math.prod(oop.extent(i) for i in free) > PLAIN_MAX_ACC:
+            continue
+        names[oop.out] = {**mp, **{i: f"x{k}" for k, i in enumerate(free)}}
+        chain_t = {p, oop.out}
+        if _linear_in(oop, {p}, chain_t) is None:
+            continue
+        scores = _scores(w, pop, pop, names, chain_t)
+        if not any(w.op(t).reduction for t in scores):
+            continue                   # nothing reduced per point: a prologue, not a walk
+        rows = tuple(common[i] for i in rows_of)
+        eop = _epilogue(w, names, chain_t, None, None, oop)
+        members = [o.out for o in w.ops if o.out in chain_t | set(scores) |
+                   ({eop.out} if eop else set())]
+        if any(t in w.outputs for t in set(scores)):
+            continue
+        ch = _assemble(w, members, eop, names, lambda anchor, mem, e: Chain(
+            anchor, tuple(mem), tuple(scores), None, p, None, None, oop.out, e,
+            oop.extent(j), tuple((k, tuple(v.items())) for k, v in names.items() if k in mem),
+            edges_in(w, mem)))
+        if ch is not None and rows:
+            return ch
+    return None
+
+
+def _epilogue(w: Workload, names, chain_t: set[str], m: str | None, lop: Op | None,
+              oop: Op | None):
     """The elementwise op after the walk (``o / l``, ``m + log(l)``), if there is one."""
     last = oop if oop is not None else lop
     cons = w.consumers[last.out]
@@ -266,10 +354,11 @@ def _epilogue(w: Workload, names, chain_t: set[str], m: str, lop: Op, oop: Op | 
     if eop.combiner != "none" or eop.reduction:
         return None
     mp: dict[str, str] = {}
+    finals = {t for t in (m, lop.out if lop else None, last.out) if t}
     for acc in eop.reads():
-        if acc.tensor in chain_t - {m, lop.out, last.out}:
+        if acc.tensor in chain_t - finals:
             return None                # reads p or a: needs the final max, not a walk
-        if acc.tensor in (m, lop.out, last.out):
+        if acc.tensor in finals:
             got = _match_map(acc, w.op(acc.tensor), names[acc.tensor])
             if got is None or any(mp.get(i, n) != n for i, n in got.items()):
                 return None

@@ -51,6 +51,8 @@ def masks_of(w: Workload, chain: Chain) -> tuple[Mask, ...]:
     """The chain's masks, outermost first: its scores are a where() with a mask constant in
     one branch, and the other branch may be one again (a band is ``where(j - i <= W,
     where(i - j <= W, s, -1e9), -1e9)``); empty if there is none."""
+    if not chain.softmax:
+        return ()                      # nothing skips a block without a running max
     x = rename(w.op(chain.max_op).expr, chain.common(chain.max_op))
     rows = {n for _, names in chain.names for _, n in names if n.startswith("r")} | {WALKED}
     out: list[Mask] = []

@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 
 from .candidate import (IMPL_KERNEL, IMPL_LIBRARY, IMPL_LOOP, STANDALONE_IMPLS, Candidate,
                         GroupSchedule, make_candidate)
-from .chain import Chain, detect
+from .chain import Chain, offered
 from .gemm import gemm_form
 from .inline import inlinable, inline
 from .kernel import KernelBounds
@@ -61,7 +61,8 @@ from .workload import Workload
 #    kernel:CONTRACTION:precision among the tensor-core precisions the tolerance admits.
 # 13: stacked siblings on the CUDA backend too (its spaces ask stack:ANCHOR), a stack running in
 #    its members' most accurate precision (search_spaces.precision.stack_precision).
-SPACE_VERSION = "13"
+# 14: plain chains (search_spaces.chain: walks without a softmax; chain:ANCHOR on more workloads).
+SPACE_VERSION = "14"
 UNSPLIT = "none"          # the order:STMT answer that leaves the statement as written
 Choose = Callable[[str, Sequence], object]
 
@@ -122,8 +123,8 @@ class SearchSpace:
             self.tile_options[op.out] = per_dim
         self.library_ok = {op.out for op in w.ops if gemm_form(op) is not None}
         self.auto_layouts = self._auto_layouts()
-        # `chains = false` in [space] turns the online-softmax fusion off for one workload
-        self.chains = detect(w) if bounds.chains and spec.get("chains", True) else {}
+        self.chains = offered(w, self.forbid, IMPL_LOOP in self.impls) if bounds.chains and \
+            spec.get("chains", True) else {}       # `chains = false` in [space]: none
         # `stacks = false` in [space] likewise turns sibling stacking off
         self.siblings = sibling_sets(w) if bounds.stacks and spec.get("stacks", True) else ()
         # the default first; a question only where there is a choice

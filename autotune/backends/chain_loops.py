@@ -199,7 +199,7 @@ class ChainLoops(ChainVectors):
             else:
                 out.append(f"{ind}{self.loop_head('c_' + c, *self.cbounds[c])} {{")
             ind += "  "
-        if self.R > 1:
+        if self.R > 1 and self.chain.softmax:
             T = self.ctype
             out.append(f"{ind}{T} m_run[{self.R * self.G}], l_run[{self.R * self.G}];")
         return out, ind
@@ -295,6 +295,13 @@ class ChainLoops(ChainVectors):
         out.append(f"{ind}{m_run} = m_new;")
         return out
 
+    def weights_step(self, ind: str) -> list[str]:
+        """A plain chain's block of weights for one row (no max, no rescale)."""
+        op = self.w.op(self.chain.exp_op)
+        self.subst = {s: self.slot(f"S_{s}") for s in self.chain.scores}
+        body = self.expr(op.expr, self.cvars(op.out))
+        return self.jloop(ind, f"{self.slot('PB')} = {body};", self.simd)
+
     def contraction_step(self, ind: str) -> list[str]:
         """The block's update of the accumulators (a step's rows inside the walk: each load of
         the walked operand feeds all of them)."""
@@ -327,11 +334,11 @@ class ChainLoops(ChainVectors):
                + (f", {self.R} rows at once */" if self.R > 1 else " */")]
         rows, ind = self.rows_open(ind)
         out += rows
-        if self.R == 1:
+        if self.R == 1 and ch.softmax:
             out.append(f"{ind}{T} m_run = {self.neg_inf}, l_run = 0;")
         out += self.steps(ind, lambda i0: self.per_row(i0, lambda i: (
             [f"{i}{self.run('m_run')} = {self.neg_inf}; {self.run('l_run')} = 0;"]
-            if self.R > 1 else [])
+            if self.R > 1 and ch.softmax else [])
             + (self.dnest(f"{self.acc()} = 0;", i) if ch.contraction else [])))
         if self.masks:
             head, ind = self.masked_walk(ind)
@@ -353,7 +360,7 @@ class ChainLoops(ChainVectors):
         for t in ch.scores:
             self.subst = {s: self.slot(f"S_{s}") for s in ch.scores}
             out += self.score(t, ind)
-        out += self.per_row(ind, self.softmax_step)
+        out += self.per_row(ind, self.softmax_step if ch.softmax else self.weights_step)
         if ch.contraction:
             out += self.contraction_step(ind)
         return out
@@ -373,7 +380,7 @@ class ChainLoops(ChainVectors):
         # the max and sum are the same in every tile of the free dims: one of them writes
         once = " && ".join(f"b{k} == 0" for k, _ in self.free) or "1"
         for t, val in ((ch.max_op, m_run), (ch.sum_op, l_run)):
-            if t in self.mats or t == self.g.anchor:
+            if t is not None and t in self.mats or t == self.g.anchor:
                 op = self.w.op(t)
                 off = self.global_offset(t, op.parallel, self.cvars(t))
                 out.append(f"{ind}if ({once}) G_{t}[{off}] = {val};")

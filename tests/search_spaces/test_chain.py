@@ -20,7 +20,9 @@ from search_spaces.ir import accesses, to_text
 from search_spaces.plans import chained_plan, named_plan
 from search_spaces.space import SPACE_VERSION, SearchSpace, TileBounds
 from search_spaces.answers import params_of
-from tests.support.chains import BROKEN, biased, broken, inline, lse, plain
+from search_spaces.chain import PLAIN_MAX_ACC
+from tests.support.chains import (BROKEN, biased, broken, chain_workload, inline, kernel_sum,
+                                  lse, mlp, plain)
 
 
 def test_attention_chain_has_every_role(small):
@@ -35,7 +37,40 @@ def test_builtins_with_masks_and_gates(small):
     assert causal.scores == ("s", "sm")          # the where() mask is walked with the scores
     (tri,) = detect(small("triangle_attention_starting")).values()
     assert tri.scores == ("sc", "lg") and tri.epilogue == "go" and tri.anchor == "go"
-    assert detect(small("gated_mlp")) == {} and detect(small("trimul_outgoing")) == {}
+    # the gated MLP's hidden layer is a plain chain; trimul's einsum keeps a row of N
+    # accumulators through its walk, too many to offer (PLAIN_MAX_ACC)
+    (mlp,) = detect(small("gated_mlp")).values()
+    assert not mlp.softmax and mlp.scores == ("g", "u") and mlp.epilogue == "out"
+    assert detect(load_workload("trimul_outgoing", {"N": PLAIN_MAX_ACC + 1, "C": 4})) == {}
+
+
+def test_plain_chains_walk_scores_without_a_softmax():
+    (k,) = detect(kernel_sum()).values()
+    assert (k.anchor, k.scores, k.max_op, k.exp_op, k.sum_op, k.contraction, k.epilogue) == \
+        ("y", ("g",), None, "k", None, "y", None)
+    assert k.members == ("g", "k", "y") and k.extent == 37 and not k.softmax
+    assert k.text().startswith("fused walk over an index of extent 37")
+    (m,) = detect(mlp()).values()
+    assert (m.anchor, m.scores, m.exp_op, m.contraction, m.epilogue) == \
+        ("out", ("h",), "s", "y", "out")
+
+
+@pytest.mark.parametrize("old,new", [
+    # the weights read outside the walk
+    ("y[i,c]  += k[i,j] * a[j,c]\n", "y[i,c]  += k[i,j] * a[j,c]\nq[i,j] = k[i,j] * 2.0\n"),
+    # weights of inputs only: no score is reduced per point, a prologue (the kernel's), no walk
+    ("k[i,j]   = exp((2.0 * g[i,j] - nx[i] - nz[j]) * 0.1)",
+     "k[i,j]   = exp(nx[i] * nz[j] * 0.1)"),
+    # the weights twice in the product: not linear in them
+    ("y[i,c]  += k[i,j] * a[j,c]", "y[i,c]  += k[i,j] * k[i,j] * a[j,c]"),
+])
+def test_plain_chain_near_misses(old, new):
+    from tests.support.chains import KERNEL_SUM
+    assert old in KERNEL_SUM
+    outputs = ["y", "q"] if "q[i,j]" in new else ["y"]
+    w = chain_workload(KERNEL_SUM.replace(old, new), outputs, {"N": 13, "M": 13, "D": 5, "C": 3},
+                       {"x": ["N", "D"], "z": ["M", "D"], "a": ["M", "C"]}, "near")
+    assert detect(w) == {}
 
 
 def test_chains_written_only_here():

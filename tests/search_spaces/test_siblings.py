@@ -48,13 +48,16 @@ def shared_b():
 
 def stacking_choice(space: SearchSpace, rng, leave_out: tuple[str, ...] = ()):
     """A ``choose`` that runs every sibling as a library GEMM and stacks it (which fixes the
-    members' layouts), but the siblings in ``leave_out``; every other question at random."""
+    members' layouts), but the siblings in ``leave_out``, with no chain (a chain walks its
+    scores, siblings among them); every other question at random."""
     sibs = {m for s in space.siblings for m in s.members}
 
     def choose(q, opts):
         kind, _, rest = q.partition(":")
         if kind == "impl" and rest in sibs:
             return "library"
+        if kind == "chain":
+            return 0
         if kind == "stack":
             return 0 if rest.partition(":")[2] in leave_out else 1
         assert not (kind == "layout" and rest in sibs - set(leave_out)), \

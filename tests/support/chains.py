@@ -85,6 +85,22 @@ e[i,j]   = exp(s[i,j] - m[i])
 l[i]    += e[i,j]
 o[i,c]  += e[i,j] * x[j,c] / l[i]
 """
+# plain chains (search_spaces.chain: no max, no sum): a Gaussian kernel between rows of x and z
+# from their Gram matrix and norms, times coefficients (the norm of z walked with the scores'
+# block); and an MLP whose SiLU hidden layer is walked, with a residual epilogue
+KERNEL_SUM = """
+nx[i]   += x[i,d] * x[i,d]
+nz[j]   += z[j,d] * z[j,d]
+g[i,j]  += x[i,d] * z[j,d]
+k[i,j]   = exp((2.0 * g[i,j] - nx[i] - nz[j]) * 0.1)
+y[i,c]  += k[i,j] * a[j,c]
+"""
+MLP = """
+h[t,f]  += x[t,c] * w1[c,f]
+s[t,f]   = h[t,f] * sigmoid(h[t,f])
+y[t,c]  += s[t,f] * w2[f,c]
+out[t,c] = y[t,c] * 0.5 + x[t,c]
+"""
 BROKEN = {
     # the exponential times the score: not exp(X - m)
     "times_score": ("p[i,j]    = exp(x[i,j] - m[i])", "p[i,j] = exp(x[i,j] - m[i]) * x[i,j]"),
@@ -173,3 +189,16 @@ def gqa(g: int = 2, r: int = 3, s: int = 37, d: int = 16, dtype: str = "float64"
 
 def self_attention(s: int = 37, c: int = 16) -> Workload:
     return chain_workload(SELF, ["o"], {"S": s, "C": c}, {"x": ["S", "C"]}, "self_attention")
+
+
+def kernel_sum(n: int = 13, m: int = 37, d: int = 5, c: int = 3, program: str = KERNEL_SUM,
+               dtype: str = "float64") -> Workload:
+    return chain_workload(program, ["y"], {"N": n, "M": m, "D": d, "C": c},
+                          {"x": ["N", "D"], "z": ["M", "D"], "a": ["M", "C"]}, "kernel_sum",
+                          dtype=dtype)
+
+
+def mlp(t: int = 11, c: int = 6, f: int = 35, dtype: str = "float64") -> Workload:
+    return chain_workload(MLP, ["out"], {"T": t, "C": c, "F": f},
+                          {"x": ["T", "C"], "w1": ["C", "F"], "w2": ["F", "C"]}, "mlp",
+                          dtype=dtype)

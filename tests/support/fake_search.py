@@ -3,6 +3,7 @@ and small readers of the trial rows a search leaves in the plan database."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 from costmodel import estimate
 from costmodel.devices import CPU_DEFAULT
@@ -32,6 +33,12 @@ REUSED = "same candidate as an earlier trial"
 # are tested in test_confirm.py): each search takes a few tens of milliseconds
 CHEAP = SearchConfig(budget=10, sampler="random", model_pool=10, model_seeds=2, climb_rounds=0,
                      local_every=10 ** 6, confirm_rounds=0)
+
+
+def unchained(w):
+    """``w`` with its chains turned off (``chains = false`` in its [space]): the tests that pin
+    the order of a search's first trials pin it for the named plans and the model's picks."""
+    return dataclasses.replace(w, space_json=json.dumps({**w.space, "chains": False}))
 
 
 def named_in_order(w, space) -> list[str]:

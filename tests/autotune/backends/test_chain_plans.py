@@ -17,7 +17,8 @@ from search_spaces.chain import detect
 from search_spaces.chain_walk import shared_rows
 from search_spaces.plans import chained_plan
 from search_spaces.space import SearchSpace
-from tests.support.chains import band, biased, cross, gqa, inline, lse, plain, self_attention
+from tests.support.chains import (band, biased, cross, gqa, inline, kernel_sum, lse, mlp, plain,
+                                  self_attention)
 from tests.support.searches import search_rows
 
 WORKLOADS = {
@@ -35,6 +36,8 @@ WORKLOADS = {
     "cross": lambda: cross(s=37),
     "gqa": gqa,
     "self_attention": self_attention,
+    "kernel_sum": kernel_sum,
+    "mlp": mlp,
 }
 
 
@@ -77,7 +80,7 @@ def test_chained_plans_match_reference(name, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["attention", "causal_attention", "biased", "lse", "inline",
-                                  "band"])
+                                  "band", "kernel_sum", "mlp"])
 def test_emulated_cuda_chained_plans_match_reference(name, tmp_path):
     import shutil
     if shutil.which("g++") is None:
@@ -222,3 +225,25 @@ def test_masked_chain_deals_its_heaviest_tiles_first(cond, order, tmp_path):
     inputs = w.random_inputs(seed=3)
     _, why = verify(CompiledPlan(w, cand, tmp_path)(**inputs), reference(w, inputs), w.rtol)
     assert not why, why
+
+
+def test_plain_chain_in_vector_registers_writes_no_weights(tmp_path):
+    # float32, a walk of 64 (blocks of 16 divide it), 16 accumulators a row: the scores summed
+    # over d into vector registers (z read walk-innermost), the update in vectors; neither
+    # the Gram matrix g nor the kernel k reaches memory, and no running max is kept
+    w = kernel_sum(n=13, m=64, d=16, c=16, dtype="float32")
+    (chain,) = detect(w).values()
+    space = SearchSpace(w)
+    inputs = w.random_inputs(seed=3)
+    ref = reference(w, inputs)
+    for block in space.chain_blocks("y"):
+        cand = space.build(lambda n, opts: 1 if n.startswith("chain:") else block
+                           if n.startswith("chain_block:") else opts[-1])
+        src, kernels = generate(w, cand)
+        k = next(k for k in kernels if k.anchor == "y")
+        assert k.writes == ("y",) and not {"g", "k"} & set(k.args), k
+        assert "m_run" not in src and "fused walk over an index of extent 64" in src
+        if block % 16 == 0:
+            assert re.search(r"at_vloadf\(&[GP]_z\[", src) and "_o[rr][_x] +=" in src, src
+        _, why = verify(CompiledPlan(w, cand, tmp_path)(**inputs), ref, w.rtol)
+        assert not why, f"block {block}: {why}"

@@ -43,7 +43,8 @@ SMALL = {**SMALL_DIMS, "trimul_outgoing": {"N": 12, "C": 8}, "trimul_incoming": 
 
 def kernel_plans(w, n: int, seed: int = 0, fuse=None):
     """``n`` candidates of the CUDA space with every GEMM-shaped contraction on the kernel,
-    the other answers at random (``fuse``: the answer to every fusion and pair question)."""
+    no chain, the other answers at random (``fuse``: the answer to every fusion and pair
+    question)."""
     space = SearchSpace(w, GPU)
     out, seen = [], set()
     for s in range(20 * n):
@@ -52,6 +53,8 @@ def kernel_plans(w, n: int, seed: int = 0, fuse=None):
         def choose(q, opts):
             if q.startswith("impl:"):
                 return "kernel" if "kernel" in opts else opts[0]
+            if q.startswith("chain:"):
+                return 0           # a chain walks its contraction, not on the kernel
             if fuse is not None and q.split(":")[0] in ("fuse", "pair"):
                 return fuse
             return r.choice(list(opts))

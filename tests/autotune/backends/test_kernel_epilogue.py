@@ -35,8 +35,8 @@ def kernel_plan(space: SearchSpace, seed: int | None, fuse=lambda edge: 1,
                 pair=lambda edge: 0) -> Candidate:
     """GEMM-shaped contractions on the kernel, ``fuse(edge)`` answering every fusion and
     ``pair(edge)`` every pair (none by default: test_kernel_pair's subject), every other
-    choice random (the first option for ``seed`` None) but inlining (none: the workload's ops
-    stay as written, so the tests read the kernel's parts from it)."""
+    choice random (the first option for ``seed`` None) but inlining and chains (none: the
+    workload's ops stay as written, so the tests read the kernel's parts from it)."""
     rng = np.random.default_rng(seed) if seed is not None else None
 
     def choose(name, opts):
@@ -46,8 +46,8 @@ def kernel_plan(space: SearchSpace, seed: int | None, fuse=lambda edge: 1,
             return fuse(name.split("@")[0][5:])
         if name.startswith("pair:"):
             return pair(name.split("@")[0][5:])
-        if name.startswith("inline:"):
-            return 0
+        if name.startswith(("inline:", "chain:")):
+            return 0                   # no chain either: its contraction runs in its walk
         return opts[int(rng.integers(len(opts)))] if rng is not None else opts[0]
     return space.build(choose)
 

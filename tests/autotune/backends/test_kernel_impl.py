@@ -37,12 +37,14 @@ def _kernel_space(w) -> SearchSpace:
 
 
 def _all_kernel(space: SearchSpace, seed: int) -> Candidate:
-    """Every GEMM-shaped contraction on the kernel; every other choice random."""
+    """Every GEMM-shaped contraction on the kernel, no chain; every other choice random."""
     rng = np.random.default_rng(seed)
 
     def choose(name, opts):
         if name.startswith("impl:") and IMPL_KERNEL in opts:
             return IMPL_KERNEL
+        if name.startswith("chain:"):
+            return 0                   # a chain's contraction runs in its walk, not the kernel
         return opts[int(rng.integers(len(opts)))]
     return space.build(choose)
 
@@ -66,8 +68,10 @@ def test_kernel_only_space_table():
     assert space.impls == (IMPL_KERNEL,) and SearchSpace(w).impls == ()
     for s in range(5):
         cand = space.random(np.random.default_rng(s))
+        walked = {m for sc in cand.schedules if sc.chain_block
+                  for m in space.chains[sc.anchor].members}
         for op in w.ops:
-            if gemm_form(op) is not None:
+            if gemm_form(op) is not None and op.out not in walked:   # a chain walks its own
                 # its own group's, or its epilogue's (search_spaces.kernel_fusion)
                 assert kernel_schedule(cand, op.out).impl == IMPL_KERNEL
 

@@ -21,7 +21,7 @@ from db.store import PlanDB
 from search_spaces.plans import named_plan
 from search_spaces.space import SearchSpace
 
-from tests.support.fake_search import CHEAP, DEV, NAMED, cand_of, fake_key, run
+from tests.support.fake_search import (CHEAP, DEV, NAMED, cand_of, fake_key, run, unchained)
 
 CONFIRMED = dataclasses.replace(CHEAP, budget=12, confirm_rounds=3, confirm_s=0.0)
 STUDY = "random-seed0"
@@ -29,7 +29,7 @@ STUDY = "random-seed0"
 
 @pytest.fixture
 def w(small):
-    return small("gated_mlp")
+    return unchained(small("gated_mlp"))
 
 
 @pytest.fixture

@@ -17,12 +17,12 @@ from costmodel import estimate
 from search_spaces.plans import named_plan
 from search_spaces.space import SearchSpace, TileBounds
 
-from tests.support.fake_search import CHEAP, DEV, name_of, named_in_order, run
+from tests.support.fake_search import (CHEAP, DEV, name_of, named_in_order, run, unchained)
 
 
 @pytest.fixture
 def w(small):
-    return small("gated_mlp")
+    return unchained(small("gated_mlp"))
 
 
 @pytest.fixture

@@ -44,9 +44,10 @@ from tests.support.skips import GPU_PRESENT_SKIP
 DIMS = {"N": 16, "C": 8}
 DIMS_CLI = "N=16,C=8"
 NAMED = ("unfused", "heuristic", "greedy")
-# the seed plans of trimul at these dims: the named plans and the inlined plan (its layer
-# norms' centred tensors inlined), measured first
-SEEDS = NAMED + ("inlined",)
+# the seed plans of trimul at these dims: the named plans, the chained plan (its triangle
+# einsum walking k over the gated projection a, a plain chain of 16 accumulators a row) and
+# the inlined plan (its layer norms' centred tensors inlined), measured first
+SEEDS = NAMED + ("chained", "inlined")
 # the search's own trials; its confirmation at the end: test_confirm_end_to_end.py
 LIB_CONFIG = SearchConfig(budget=12, model_pool=50, model_seeds=3, confirm_rounds=0)
 runner = CliRunner()

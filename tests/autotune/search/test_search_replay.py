@@ -18,9 +18,9 @@ from db.records import StoredTrial
 from db.store import PlanDB
 from search_spaces.space import SearchSpace, TileBounds
 
-from tests.support.fake_search import (CHEAP, DEV, NAMED, assert_best_is_min_ok,
-                                       best_before, cand_of, fake_key, measured_keys,
-                                       name_of, params_of_row, ran, run)
+from tests.support.fake_search import (CHEAP, DEV, NAMED, assert_best_is_min_ok, best_before,
+                                       cand_of, fake_key, measured_keys, name_of, params_of_row,
+                                       ran, run, unchained)
 
 FIELDS = ("number", "study", "candidate", "status", "predicted_s", "measured_s", "error", "params",
           "options", "times", "rel_err")
@@ -28,7 +28,7 @@ FIELDS = ("number", "study", "candidate", "status", "predicted_s", "measured_s",
 
 @pytest.fixture
 def w(small):
-    return small("gated_mlp")
+    return unchained(small("gated_mlp"))
 
 
 @pytest.fixture

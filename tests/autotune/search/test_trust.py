@@ -10,7 +10,7 @@ import pytest
 from autotune.search.trust import FLOOR, MIN_ERRORS, ModelTrust
 from autotune.backends.fake import FakeBackend
 
-from tests.support.fake_search import CHEAP, DEV, run
+from tests.support.fake_search import CHEAP, DEV, run, unchained
 
 
 def test_too_few_errors_keep_the_ceiling():
@@ -55,7 +55,7 @@ def test_a_search_prunes_tighter_once_its_model_proves_good(small, fresh_db, tmp
     """With a near-exact model (measurements 2 % off it) the search's prune factor drops
     below the ceiling of 2; with a fixed --prune-factor it stays where it was put."""
     from db.store import PlanDB
-    w = small("gated_mlp")
+    w = unchained(small("gated_mlp"))      # (the draws this pins: tests/support/fake_search)
     from autotune.api import space_for
     space = space_for(w, "cpu")
     # (the random sampler measures about one candidate in seven here, the rest predicted past
