@@ -97,6 +97,16 @@ VECTOR_EFFICIENCY = 0.7
 BLOCK_LOOP_S = 3e-9
 
 
+# The share of the FMA peak a CPU chain's update of its accumulators reaches where they stay in
+# a buffer, not registers (more than 64 a row, or not whole vectors: search_spaces.chain_walk.
+# vector_update), vectorised along a contiguous free dim: a load and a store of the buffer per
+# multiply-add, all in the first cache level.  Kernel ridge regression's chain (rbf_krr, N=2048,
+# M=1024, D=32) at C = 80 / 128 / 256 accumulators a row: 68 / 84 / 84 GFLOP/s in the update
+# beyond the scores' time (2-core AVX-512 host, 234 GFLOP/s peak), where the loop rate priced
+# it at 31 and the whole plan 2.1-2.6x too dear.
+BUFFER_UPDATE_EFFICIENCY = 0.33
+
+
 def vector_rate(dev: DeviceSpec, item: int, step: int) -> float:
     """Flop rate of a chain product held in vector registers, ``step`` rows at a time (fewer
     than 4 rows reload the walked operand's vectors for every one or two multiply-adds)."""
@@ -211,13 +221,16 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
         flops += runs * f
         trans += runs * t
         recomputed += (runs - op.iterations) * f
+        lanes = _lanes(w, chain, name, block, box, layout_of, dev)
         if name in vec:
             # one multiply-add per point: the factors constant along the vector (attention's
             # 1/sqrt(D) on q) are hoisted out of the walk by the compiler
             compute_s += runs * 2 / vector_rate(dev, item, step)
+        elif name == chain.contraction and dev.kind == "cpu" and lanes * dev.vector_width > 1:
+            compute_s += runs * f / (peak_flops(dev, item) * BUFFER_UPDATE_EFFICIENCY * lanes)
         else:
             compute_s += runs * (f + transcendental_weight(op.expr, dev)) \
-                / (dev.loop_flops * _lanes(w, chain, name, block, box, layout_of, dev))
+                / (dev.loop_flops * lanes)
         names = chain.common(name)
         if walks_strided(w, chain, name, WALKED, layout_of, at_least=LINE_ELEMS):
             # a line (or a page) a step of the walk: what the learned correction sees as a
