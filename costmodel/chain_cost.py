@@ -98,12 +98,12 @@ BLOCK_LOOP_S = 3e-9
 
 
 # The share of the FMA peak a CPU chain's update of its accumulators reaches where they stay in
-# a buffer, not registers (more than 64 a row, or not whole vectors: search_spaces.chain_walk.
+# a buffer, not a step's vectors (not whole vectors a row: search_spaces.chain_walk.
 # vector_update), vectorised along a contiguous free dim: a load and a store of the buffer per
 # multiply-add, all in the first cache level.  Kernel ridge regression's chain (rbf_krr, N=2048,
-# M=1024, D=32) at C = 80 / 128 / 256 accumulators a row: 68 / 84 / 84 GFLOP/s in the update
+# M=1024, D=32) updating a buffer of C = 80 / 128 / 256 accumulators a row: 68 / 84 / 84 GFLOP/s
 # beyond the scores' time (2-core AVX-512 host, 234 GFLOP/s peak), where the loop rate priced
-# it at 31 and the whole plan 2.1-2.6x too dear.
+# it at 31 and the whole plan 2.1-2.6x too dear (those C now run in vectors, 1.4-1.7x faster).
 BUFFER_UPDATE_EFFICIENCY = 0.33
 
 

@@ -66,14 +66,18 @@ def row_step(w: Workload, chain: Chain, extents: dict[str, int], acc: int,
     accumulators a row), its chained plan at 2 / 4 / 6 / 8 rows: 5.07 / 4.81 / 3.83 / 4.30 ms
     (one process, 7 interleaved rounds; 8 rows hold 32 accumulator registers and spill).  With
     narrower vectors (``vector_bytes``: AVX2's 32, 16 registers) 4 rows at 64 accumulators:
-    the same plan compiled for AVX2 ran 4.32 / 6.00 / 5.57 ms at 4 / 6 / 8 rows.  (The cost
-    model prices the wide machine's step; the step changes its price little.)"""
+    the same plan compiled for AVX2 ran 4.32 / 6.00 / 5.57 ms at 4 / 6 / 8 rows.  Past 64
+    the accumulators spill, yet a step's local arrays beat a buffer (vector_update): kernel
+    ridge regression's chain (rbf_krr) at 80 accumulators 6.60 / 4.16 / 3.22 / 2.88 ms at
+    1 / 2 / 4 / 6 rows, at 128 9.05 / 6.33 / 5.18 / 5.74, at 256 15.1 / 15.4 / 9.41 / 10.2
+    (5.03, 8.74, 13.0 ms buffered); so 6 rows to 96, 4 beyond.  (The cost model prices the
+    wide machine's step; the step changes its price little.)"""
     rows = [c for c in shared_rows(w, chain) if extents.get(c, 1) > 1]
     if not rows:
         return "", 1
     dim = max(rows, key=lambda c: extents[c])
     wide = 6 if vector_bytes >= 64 else 4
-    return dim, min(8 if acc <= 32 else wide if acc <= 64 else 4, extents[dim])
+    return dim, min(8 if acc <= 32 else wide if acc <= 96 else 4, extents[dim])
 
 
 def _along(e: Expr, names: dict[str, str], common: str) -> bool:
@@ -106,13 +110,17 @@ def vector_score(w: Workload, chain: Chain, name: str, block: int, layout_of) ->
             and vectorisable(op.expr, names, WALKED))
 
 
+VECTOR_ACC = 256
+
+
 def vector_update(w: Workload, chain: Chain, free: list[str], acc: int, extent: int,
                   layout_of) -> bool:
     """Whether the contraction's accumulators (``free``: its free dims' common names, ``acc``
     per row of a tile, ``extent`` the free dim's) stay in vector registers over a block
     (ChainVectors.vector_update): one free dim, contiguous in memory, whole vectors in tiles
-    that divide it, at most 64 values a row."""
-    if not chain.contraction or len(free) != 1 or acc % 16 or acc > 64 or extent % acc:
+    that divide it, at most VECTOR_ACC values a row (past 64 they spill, still faster than a
+    buffer: row_step's measurements)."""
+    if not chain.contraction or len(free) != 1 or acc % 16 or acc > VECTOR_ACC or extent % acc:
         return False
     inner, _ = chain.contraction_parts(w.op(chain.contraction))
     return (vectorisable(inner, chain.common(chain.contraction), free[0])

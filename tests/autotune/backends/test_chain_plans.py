@@ -169,13 +169,14 @@ def test_emulated_cuda_walk_innermost_matches_reference(tmp_path):
 
 
 @pytest.mark.parametrize("dtype,t,d", [("float32", 13, 16), ("float64", 13, 16),
-                                       ("float32", 70, 64)])
+                                       ("float32", 70, 64), ("float32", 13, 128)])
 def test_cpu_chain_steps_shared_rows_with_sums_in_vector_registers(dtype, t, d, tmp_path):
     # the query rows i are read by no walked operand (k, v): a tile runs 8 of them at once
     # (13 rows: the second step repeats the last), the scores summed over c into vector
     # registers (k contiguous along j, blocks dividing S) and the accumulators over d too;
     # at 64 accumulators a row, 6 rows a step (24 registers of accumulators), 10 steps share
-    # each block (70 rows: the second group's two steps, the last repeating rows)
+    # each block (70 rows: the second group's two steps, the last repeating rows); at 128 a
+    # row, 4 rows a step, their accumulators spilled from vectors (still not a buffer)
     w = cross(t=t, d=d, dtype=dtype)
     (chain,) = detect(w).values()
     assert shared_rows(w, chain) == [chain.common("o")["d1"]]
@@ -187,7 +188,7 @@ def test_cpu_chain_steps_shared_rows_with_sums_in_vector_registers(dtype, t, d, 
                            if n.startswith("chain_block:") else opts[-1])
         src, _ = generate(w, cand)
         suf = "f" if dtype == "float32" else ""
-        rows = 8 if d <= 32 else 6
+        rows = 8 if d <= 32 else 6 if d <= 96 else 4
         assert f"{rows} rows at once" in src and f"at_vload{suf}(&G_k[" in src \
             and f"at_vload{suf}(&G_v[" in src and "_o[rr][_x] +=" in src, src
         _, why = verify(CompiledPlan(w, cand, tmp_path)(**inputs), ref, w.rtol)
