@@ -48,3 +48,12 @@ def test_the_price_follows_the_constant_where_the_accumulators_are_buffered(c, f
     assert all(after[k] == before[k] for k in gpu)
     cpu = CPU_DEFAULT.name[:4]
     assert (after[cpu] < before[cpu]) == follows
+
+
+@pytest.mark.parametrize("c,follows", [(128, True), (64, False)])
+def test_spilled_vector_accumulators_follow_their_share(c, follows, monkeypatch):
+    """Past 96 a row the step's vectors spill (SPILLED_SHARE); up to 96 they do not."""
+    before = _chain(c, replace(CPU_DEFAULT, name=f"cpu-spill-{c}-a")).predicted_s
+    monkeypatch.setattr(costmodel.chain_cost, "SPILLED_SHARE", 0.25)
+    after = _chain(c, replace(CPU_DEFAULT, name=f"cpu-spill-{c}-b")).predicted_s
+    assert (after > before) == follows
