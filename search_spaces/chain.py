@@ -41,7 +41,7 @@ from .workload import Workload
 
 WALKED = "jj"
 # a plain chain's row keeps the contraction's free points as accumulators through the walk:
-# past this many they are a buffer, not registers, and the unchained GEMMs win
+# past this many a step's vectors spill far (chain_walk.VECTOR_ACC) and the unchained GEMMs win
 PLAIN_MAX_ACC = 256
 
 
@@ -282,6 +282,7 @@ def _chain_from(w: Workload, mop: Op) -> Chain | None:
 
 
 def edges_in(w: Workload, mem) -> tuple[tuple[str, str], ...]:
+    """The producer->consumer edges between the ops ``mem``."""
     return tuple((a, b) for a, b in edges_of(w.ops) if a in mem and b in mem)
 
 
@@ -328,7 +329,6 @@ def _plain_from(w: Workload, oop: Op) -> Chain | None:
         scores = _scores(w, pop, pop, names, chain_t)
         if not any(w.op(t).reduction for t in scores):
             continue                   # nothing reduced per point: a prologue, not a walk
-        rows = tuple(common[i] for i in rows_of)
         eop = _epilogue(w, names, chain_t, None, None, oop)
         members = [o.out for o in w.ops if o.out in chain_t | set(scores) |
                    ({eop.out} if eop else set())]
@@ -338,7 +338,7 @@ def _plain_from(w: Workload, oop: Op) -> Chain | None:
             anchor, tuple(mem), tuple(scores), None, p, None, None, oop.out, e,
             oop.extent(j), tuple((k, tuple(v.items())) for k, v in names.items() if k in mem),
             edges_in(w, mem)))
-        if ch is not None and rows:
+        if ch is not None:
             return ch
     return None
 
