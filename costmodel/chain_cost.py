@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 
 from search_spaces.chain import WALKED, Chain
-from search_spaces.chain_walk import (repacked_layouts, row_step, vector_score, vector_update,
-                                     walk_innermost, walks_strided)
+from search_spaces.chain_walk import (SPILL_ACC, repacked_layouts, row_step, vector_score,
+                                     vector_update, walk_innermost, walks_strided)
 from search_spaces.footprint import tile_dealing, tile_sizes
 from search_spaces.tile_work import dealt_share, masked_chain_work
 
@@ -107,9 +107,10 @@ BLOCK_LOOP_S = 3e-9
 BUFFER_UPDATE_EFFICIENCY = 0.33
 
 
-# Past 96 accumulators a row (4 rows a step: search_spaces.chain_walk.row_step) the step's
-# vectors spill: rbf_krr's update at 128 and 256 a row ran 0.55 of the peak, at 64 and 80 0.74
-# (plain/rows_scan.txt of bench/results/unseen14-d70e631), against VECTOR_EFFICIENCY's 0.7.
+# Past SPILL_ACC accumulators a row (4 rows a step: search_spaces.chain_walk.row_step) a
+# step's vectors spill: rbf_krr's update at 128 and 256 a row ran 0.55 of the peak, at 64 and
+# 80 0.74 (plain/rows_scan.txt of bench/results/unseen14-d70e631), against VECTOR_EFFICIENCY's
+# 0.7.
 SPILLED_SHARE = 0.78
 
 
@@ -231,7 +232,7 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
         if name in vec:
             # one multiply-add per point: the factors constant along the vector (attention's
             # 1/sqrt(D) on q) are hoisted out of the walk by the compiler
-            spill = SPILLED_SHARE if name == chain.contraction and acc > 96 else 1.0
+            spill = SPILLED_SHARE if name == chain.contraction and acc > SPILL_ACC else 1.0
             compute_s += runs * 2 / (vector_rate(dev, item, step) * spill)
         elif name == chain.contraction and dev.kind == "cpu" and lanes * dev.vector_width > 1:
             compute_s += runs * f / (peak_flops(dev, item) * BUFFER_UPDATE_EFFICIENCY * lanes)

@@ -274,11 +274,10 @@ def _chain_from(w: Workload, mop: Op) -> Chain | None:
     private = {p} | ({aop.out} if aop else set()) | set(scores)
     if any(t in w.outputs for t in private):
         return None
-    return _assemble(w, members, eop, names, lambda anchor, mem, e: Chain(
-        anchor, tuple(mem), tuple(scores), m, p, lop.out, aop.out if aop else None,
-        oop.out if oop else None, e, mop.extent(mop.reduction[0]),
-        tuple((k, tuple(v.items())) for k, v in names.items() if k in mem), edges_in(w, mem),
-        outer))
+    return _assemble(w, members, eop, names, dict(
+        scores=tuple(scores), max_op=m, exp_op=p, sum_op=lop.out,
+        norm_op=aop.out if aop else None, contraction=oop.out if oop else None,
+        extent=mop.extent(mop.reduction[0]), outer=outer))
 
 
 def edges_in(w: Workload, mem) -> tuple[tuple[str, str], ...]:
@@ -286,9 +285,9 @@ def edges_in(w: Workload, mem) -> tuple[tuple[str, str], ...]:
     return tuple((a, b) for a, b in edges_of(w.ops) if a in mem and b in mem)
 
 
-def _assemble(w: Workload, members: list[str], eop: Op | None, names, make) -> Chain | None:
-    """The chain ``make(anchor, members, epilogue)`` builds, with the epilogue where the
-    members with it form one legal group, else without; None when neither does."""
+def _assemble(w: Workload, members: list[str], eop: Op | None, names, roles) -> Chain | None:
+    """The chain of ``members`` (``roles``: its other fields), with the epilogue ``eop`` where
+    they form one legal group with it, else without; None when neither does."""
     for anchor_op in ([eop] if eop else []) + [None]:
         mem = members if anchor_op else [x for x in members if eop is None or x != eop.out]
         edges = edges_in(w, mem)
@@ -297,7 +296,10 @@ def _assemble(w: Workload, members: list[str], eop: Op | None, names, make) -> C
         gs = [g for g in groups(w, set(edges)) if len(g.members) > 1]
         if len(gs) != 1 or set(gs[0].members) != set(mem):
             continue
-        return make(gs[0].anchor, mem, anchor_op.out if anchor_op else None)
+        return Chain(anchor=gs[0].anchor, members=tuple(mem),
+                     epilogue=anchor_op.out if anchor_op else None,
+                     names=tuple((k, tuple(v.items())) for k, v in names.items() if k in mem),
+                     edges=edges, **roles)
     return None
 
 
@@ -329,15 +331,14 @@ def _plain_from(w: Workload, oop: Op) -> Chain | None:
         scores = _scores(w, pop, pop, names, chain_t)
         if not any(w.op(t).reduction for t in scores):
             continue                   # nothing reduced per point: a prologue, not a walk
+        if any(t in w.outputs for t in scores):
+            continue
         eop = _epilogue(w, names, chain_t, None, None, oop)
         members = [o.out for o in w.ops if o.out in chain_t | set(scores) |
                    ({eop.out} if eop else set())]
-        if any(t in w.outputs for t in set(scores)):
-            continue
-        ch = _assemble(w, members, eop, names, lambda anchor, mem, e: Chain(
-            anchor, tuple(mem), tuple(scores), None, p, None, None, oop.out, e,
-            oop.extent(j), tuple((k, tuple(v.items())) for k, v in names.items() if k in mem),
-            edges_in(w, mem)))
+        ch = _assemble(w, members, eop, names, dict(
+            scores=tuple(scores), max_op=None, exp_op=p, sum_op=None, norm_op=None,
+            contraction=oop.out, extent=oop.extent(j)))
         if ch is not None:
             return ch
     return None

@@ -54,6 +54,10 @@ def shared_rows(w: Workload, chain: Chain) -> list[str]:
     return [c for c in rows if c not in walked]
 
 
+# past this many accumulators a row, a step of 4 rows' vectors spill (row_step's measurements)
+SPILL_ACC = 96
+
+
 def row_step(w: Workload, chain: Chain, extents: dict[str, int], acc: int,
              vector_bytes: int = 64) -> tuple[str, int]:
     """(row dim, rows) a CPU chain tile advances at once: the shared row with most points in
@@ -77,7 +81,7 @@ def row_step(w: Workload, chain: Chain, extents: dict[str, int], acc: int,
         return "", 1
     dim = max(rows, key=lambda c: extents[c])
     wide = 6 if vector_bytes >= 64 else 4
-    return dim, min(8 if acc <= 32 else wide if acc <= 96 else 4, extents[dim])
+    return dim, min(8 if acc <= 32 else wide if acc <= SPILL_ACC else 4, extents[dim])
 
 
 def _along(e: Expr, names: dict[str, str], common: str) -> bool:

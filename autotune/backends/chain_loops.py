@@ -379,8 +379,8 @@ class ChainLoops(ChainVectors):
             out += self.dnest(f"{acc} *= {self.expr(outer, self.cvars(ch.contraction))};", ind)
         # the max and sum are the same in every tile of the free dims: one of them writes
         once = " && ".join(f"b{k} == 0" for k, _ in self.free) or "1"
-        for t, val in ((ch.max_op, m_run), (ch.sum_op, l_run)):
-            if t is not None and t in self.mats or t == self.g.anchor:
+        for t, val in ((ch.max_op, m_run), (ch.sum_op, l_run)) if ch.softmax else ():
+            if t in self.mats or t == self.g.anchor:
                 op = self.w.op(t)
                 off = self.global_offset(t, op.parallel, self.cvars(t))
                 out.append(f"{ind}if ({once}) G_{t}[{off}] = {val};")
