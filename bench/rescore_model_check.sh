@@ -1,7 +1,8 @@
 #!/bin/bash
 # Re-score the committed model-check databases (bench/results/model-check-dbs: the measurements
 # of cpu-s37-9b7e75f, the attention family and the trimuls, and of copy-runs, the MLP family)
-# with the code of the checkout this script lies in: one markdown row per workload (Spearman's
+# with the code of the checkout this script lies in (priced with the measuring host's calibration,
+# calibration-cpu.json beside them): one markdown row per workload (Spearman's
 # rho analytic (corrected), Kendall's tau, top-1 regret, median absolute log error, folds fitted).
 #     bash bench/rescore_model_check.sh > table.txt
 set -euo pipefail

@@ -20,8 +20,9 @@ from search_spaces.tile_work import dealt_share, masked_chain_work
 from .devices import DeviceSpec
 from .kernel_cost import peak_flops
 from .estimate import FusedProducer, GroupCost
-from .rates import (LINE_ELEMS, copy_waste, far_regions, line_waste, loop_launch_s, loop_occupancy,
-                    read_waste, reduction_gain, regions_waste, tile_overhead_s, transcendental_weight)
+from .rates import (LINE_ELEMS, copy_waste, far_regions, line_waste, loop_launch_s,
+                    loop_occupancy, read_waste, reduction_gain, regions_waste, tile_overhead_s,
+                    transcendental_weight)
 
 
 def _row_acc(chain: Chain, anchor, tiles) -> tuple[dict[str, int], int]:

@@ -68,6 +68,9 @@ class KernelCosts:
     one_vector: float = 1.0      # a register tile one vector wide
     outer_a: float = 1.0         # the A-panel-outer loop order
     barrier_s: float = 0.0       # one barrier of the threads sharing a batch item (split "m")
+    # the share of its traffic's time (bytes / bandwidth) a product whose operands all fit in
+    # the last-level cache still pays: its reads come from the cache, not DRAM
+    cached_traffic: float = 1.0
 
 
 @dataclass(frozen=True)

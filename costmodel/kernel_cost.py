@@ -244,6 +244,17 @@ def unscaled_s(b: int, m: int, n: int, kk: int, p: KernelParams | None, packed_a
     return packed_a_s(b, m, kk, n, nc, packed_a, dev) + micro_calls_s(b, m, n, kk, p, item, dev)
 
 
+def traffic_share(unique_bytes: float, dev: DeviceSpec) -> float:
+    """The share of its traffic's DRAM time a product pays whose operands and result take
+    ``unique_bytes``: all of it, unless they fit in the last-level cache (the calibrated
+    ``kernel.cached_traffic``).  Why: the calibration's products (2-10 MB) fit it, and with
+    their traffic priced at the DRAM bandwidth the fit of the kernel's rate and factors left a
+    log error of 0.30 (2-core Xeon) and 0.23 (2-core AMD EPYC), and ranked the configurations
+    of one shape at Spearman 0.35-0.64 and 0.21-0.72; with the traffic's share fitted (0 on
+    both), 0.19 and 0.17, and 0.75-0.79 and 0.10-0.84 (bench/results/kernel-traffic-*)."""
+    return dev.kernel.cached_traffic if unique_bytes <= dev.cache_bytes else 1.0
+
+
 def plain_kernel_parts(b: int, m: int, n: int, kk: int, p: KernelParams, item: int,
                        dev: DeviceSpec) -> tuple[float, float]:
     """(arithmetic, the rest: traffic, launch and A's packing) of :func:`plain_kernel_s`;
@@ -253,7 +264,8 @@ def plain_kernel_parts(b: int, m: int, n: int, kk: int, p: KernelParams, item: i
         + packed_b_bytes(b, kk, n, item, p.pack_b)
     compute = kernel_compute_s(b, m, n, kk, p, item, c, dev)
     serial = dev.kind == "cpu" and kernel_serial(b, m, n, kk, item)
-    return compute, (moved / dev.bandwidth + kernel_launch_s(dev, serial)
+    share = traffic_share(a + bb + c, dev)
+    return compute, (moved / dev.bandwidth * share + kernel_launch_s(dev, serial)
                      + unscaled_s(b, m, n, kk, p, p.pack_a, item, dev))
 
 
@@ -359,7 +371,7 @@ def kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev: Dev
             trans += float(t * x.out_size * times)
             compute += x.out_size * times * prologue_flops(w, form, pro, kc, dev) \
                 / prologue_rate(w, form, pro, layout_of, dev)
-    memory = bytes_ / dev.bandwidth
+    memory = bytes_ / dev.bandwidth * traffic_share(unique, dev)
     # The kernel's traffic adds to its arithmetic instead of hiding under it: over the 580
     # kernel groups of the model-check measurements of nine built-ins (aligned plans, AMD EPYC
     # 2-core host), the time-weighted mean |log(measured / predicted)| was 0.81 with the

@@ -8,8 +8,10 @@ off the measurement first).  In logs the factors are linear:
 ``ln((measured - traffic - barriers) / neutral) = c0 + sum(c_i * flag_i)``,
 where ``neutral`` is the model's arithmetic with every factor at 1; least squares gives the c_i
 (the factors are ``exp(c_i)``) and c0 (the kernel's rate is the assumed one over ``exp(c0)``).
-The cost of a barrier is chosen from a grid by the fit's residual.  A choice the samples
-never make (or always make) cannot be told apart from the rate and keeps its factor at 1.
+The cost of a barrier and the share of its traffic a product held in the cache pays
+(``kernel_cost.traffic_share``) are chosen from grids by the fit's error on the seconds.  A
+choice the samples never make (or always make) cannot be told apart from the rate and keeps
+its factor at 1.
 """
 from __future__ import annotations
 
@@ -24,8 +26,11 @@ from .devices import DeviceSpec, KernelCosts
 from .kernel_cost import (kernel_flags, kernel_threads, peak_flops, plain_kernel_parts,
                           plain_kernel_s)
 
-FACTORS = tuple(f.name for f in fields(KernelCosts) if f.name != "barrier_s")
+FACTORS = tuple(f.name for f in fields(KernelCosts) if f.name not in ("barrier_s",
+                                                                       "cached_traffic"))
 BARRIER_GRID_S = (0.0, 0.5e-6, 1e-6, 2e-6, 4e-6, 8e-6, 16e-6, 32e-6, 64e-6)
+# kernel.cached_traffic (kernel_cost.traffic_share), the whole traffic first: kept on a tie
+CACHED_GRID = (1.0, 0.75, 0.5, 0.25, 0.0)
 # a factor outside this range says more about a few noisy samples than about the machine
 FACTOR_RANGE = (0.5, 4.0)
 
@@ -63,10 +68,6 @@ def fit_kernel_costs(samples: list[KernelSample], dev: DeviceSpec, item: int = 4
     flags = [_flags(s, item, dev) for s in samples]
     used = [f for f in FACTORS if 0 < sum(fl[f] for fl in flags) < len(samples)]
     x = np.array([[1.0] + [float(fl[f]) for f in used] for fl in flags])
-    # the traffic, A's packing, the calls and the barriers (no rate or factor in them) off each
-    # measurement, never below a tenth of it: what is left is the arithmetic, which the
-    # factors scale
-    rest = [plain_kernel_parts(*s.shape, s.params, item, dev)[1] for s in samples]
     barriers = [kernel_threads(*s.shape, s.params, dev)[1] for s in samples]
     # (the neutral arithmetic without the peak's floor: the fit stays linear in the logs)
     d0 = replace(dev, kernel_flops=rate0, f32_flops=0.0, kernel=KernelCosts(barrier_s=0.0))
@@ -78,27 +79,34 @@ def fit_kernel_costs(samples: list[KernelSample], dev: DeviceSpec, item: int = 4
     # over 497 kernel groups of 33 blocks: 2.47x; the library's: 1.54x).  So it is held at the
     # peak at most and the factors fitted around it.
     c0_min = math.log(rate0 / peak_flops(dev, item)) if dev.f32_flops > 0 else -math.inf
-    best = None
-    for barrier in BARRIER_GRID_S:
-        y = np.log([max(s.seconds - r - nb * barrier, 0.1 * s.seconds, 1e-12)
-                    for s, r, nb in zip(samples, rest, barriers)]) - neutral
-        coef = np.linalg.lstsq(x, y, rcond=None)[0]
-        if coef[0] < c0_min:
-            rest_coef = np.linalg.lstsq(x[:, 1:], y - c0_min, rcond=None)[0] if used \
-                else np.zeros(0)
-            coef = np.concatenate([[c0_min], rest_coef])
-        rss = float(np.sum((y - x @ coef) ** 2))
-        if best is None or rss < best[0]:
-            best = (rss, barrier, coef, y)
-    rss, barrier, coef, _ = best
-    lo, hi = FACTOR_RANGE
-    factors = {f: min(hi, max(lo, math.exp(c))) for f, c in zip(used, coef[1:])}
-    costs = KernelCosts(barrier_s=barrier, **factors)
-    rate = rate0 / math.exp(coef[0])
-    fitted = replace(dev, kernel_flops=rate, kernel=costs)
     seconds = np.log([max(s.seconds, 1e-12) for s in samples])
-    after = seconds - np.log([plain_kernel_s(*s.shape, s.params, item, fitted)
-                              for s in samples])
+    best = None
+    for share in CACHED_GRID:
+        # the traffic (its cached share), A's packing, the calls and the barriers (no rate or
+        # factor in them) off each measurement, never below a tenth of it: what is left is the
+        # arithmetic, which the factors scale
+        ds = replace(dev, kernel=KernelCosts(cached_traffic=share))
+        rest = [plain_kernel_parts(*s.shape, s.params, item, ds)[1] for s in samples]
+        for barrier in BARRIER_GRID_S:
+            y = np.log([max(s.seconds - r - nb * barrier, 0.1 * s.seconds, 1e-12)
+                        for s, r, nb in zip(samples, rest, barriers)]) - neutral
+            coef = np.linalg.lstsq(x, y, rcond=None)[0]
+            if coef[0] < c0_min:
+                rest_coef = np.linalg.lstsq(x[:, 1:], y - c0_min, rcond=None)[0] if used \
+                    else np.zeros(0)
+                coef = np.concatenate([[c0_min], rest_coef])
+            lo, hi = FACTOR_RANGE
+            factors = {f: min(hi, max(lo, math.exp(c))) for f, c in zip(used, coef[1:])}
+            costs = KernelCosts(barrier_s=barrier, cached_traffic=share, **factors)
+            fitted = replace(dev, kernel_flops=rate0 / math.exp(coef[0]), kernel=costs)
+            # judged on the seconds themselves: the share changes what y is
+            err = seconds - np.log([plain_kernel_s(*s.shape, s.params, item, fitted)
+                                    for s in samples])
+            rss = float(np.sum(err ** 2))
+            if best is None or rss < best[0]:
+                best = (rss, fitted, err)
+    _, fitted, after = best
+    rate, costs = fitted.kernel_flops, fitted.kernel
     d0 = replace(dev, kernel_flops=rate0, kernel=KernelCosts())
     y0 = seconds - np.log([plain_kernel_s(*s.shape, s.params, item, d0) for s in samples])
     before = y0 - np.mean(y0)

@@ -8,6 +8,7 @@ in ``rates.py``; docs/costmodel.md gives the reasons for each term.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 from search_spaces.candidate import IMPL_KERNEL, IMPL_LIBRARY, Candidate
@@ -34,6 +35,9 @@ from .rates import (LINE_ELEMS, far_regions, library_launch_s, line_waste, loop_
                     loop_occupancy, precision_rate, read_waste, regions_waste, split_extras,
                     staged_copy_bytes, tile_overhead_s, transcendental_weight, write_waste)
 from .stack_cost import stack_copy_bytes, stacked_group
+
+# a workload's chains, found once: the model asks for them for every candidate that walks one
+_chains = functools.lru_cache(maxsize=64)(detect)
 
 
 # The loop rate's share an update (+=, max=) reaches when its innermost loop gathers an operand
@@ -73,7 +77,7 @@ def estimate(w: Workload, cand: Candidate, dev: DeviceSpec) -> CostEstimate:
     item = item_bytes(w)
     layout_of = lambda t: cand.layout(t, len(w.shapes[t]))
     out = []
-    chains = detect(w) if any(s.chain_block for s in cand.schedules) else {}
+    chains = _chains(w) if any(s.chain_block for s in cand.schedules) else {}
     for g in groups(w, fused):
         sched = cand.schedule(g.anchor)
         stack = cand.stack(g.anchor)
@@ -333,7 +337,7 @@ def memory_bytes(w: Workload, cand: Candidate, threads: int) -> int:
     total = sum(math.prod(w.shapes[t]) for t in whole) * item
     layout_of = lambda t: cand.layout(t, len(w.shapes[t]))
     extra = 0
-    chains = detect(w) if any(s.chain_block for s in cand.schedules) else {}
+    chains = _chains(w) if any(s.chain_block for s in cand.schedules) else {}
     for g in groups(w, fused):
         sched = cand.schedule(g.anchor)
         if sched.impl == IMPL_KERNEL:

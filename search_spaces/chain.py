@@ -89,15 +89,15 @@ class Chain:
     def text(self) -> str:
         """One line for ``explain``: the members and their roles."""
         roles = [f"scores {','.join(self.scores)}"] if self.scores else []
-        if not self.softmax:
-            roles += [f"weights {self.exp_op}", f"contraction {self.contraction}"]
-            roles += [f"epilogue {self.epilogue}"] if self.epilogue else []
-            return f"fused walk over an index of extent {self.extent}: " + ", ".join(roles)
-        roles += [f"max {self.max_op}", f"exp {self.exp_op}", f"sum {self.sum_op}"]
-        roles += [f"normalise {self.norm_op}"] if self.norm_op else []
-        roles += [f"contraction {self.contraction}"] if self.contraction else []
-        roles += [f"epilogue {self.epilogue}"] if self.epilogue else []
-        return f"online softmax over an index of extent {self.extent}: " + ", ".join(roles)
+        if self.softmax:
+            roles += [f"max {self.max_op}", f"exp {self.exp_op}", f"sum {self.sum_op}"]
+            roles += [f"normalise {self.norm_op}"] if self.norm_op else []
+        else:
+            roles.append(f"weights {self.exp_op}")
+        roles += [f"{k} {v}" for k, v in (("contraction", self.contraction),
+                                          ("epilogue", self.epilogue)) if v]
+        kind = "online softmax" if self.softmax else "fused walk"
+        return f"{kind} over an index of extent {self.extent}: " + ", ".join(roles)
 
 
 def _match_map(acc: Access, producer: Op, known: dict[str, str]) -> dict[str, str] | None:

@@ -98,9 +98,12 @@ def test_the_fitted_rate_is_held_at_the_peak():
     """Samples whose no-factor rate would be 150 GFLOP/s, on a machine whose FMA peak is 120:
     the rate is held at 120 and the factors fitted around it still rank the choices."""
     truth = KernelCosts(short_tile=1.3, one_vector=1.2, barrier_s=0.0)
-    unbounded = replace(CPU_DEFAULT, f32_flops=0.0)
+    # operands past the cache: no share of the traffic to trade for the rate (a smaller share
+    # is what a rate above the peak usually says, as on the Xeon: kernel_cost.traffic_share)
+    unbounded = replace(CPU_DEFAULT, f32_flops=0.0, cache_bytes=1e5)
     samples = synthetic(truth, 150e9, 0.0, 3, unbounded)
-    fit = fit_kernel_costs(samples, replace(CPU_DEFAULT, f32_flops=120e9))
+    fit = fit_kernel_costs(samples, replace(CPU_DEFAULT, f32_flops=120e9, cache_bytes=1e5))
+    assert fit.costs.cached_traffic == 1.0
     assert fit.kernel_flops == pytest.approx(120e9)
     assert fit.costs.short_tile > 1.05 and fit.costs.one_vector > 1.0
     # free of the peak, the same samples give back the rate they were made with
@@ -239,3 +242,32 @@ def test_a_prologues_calls_that_k_leaves_alone_are_priced_once_per_row_slice():
         for kc in (1, 4, 64):
             want = f + (calls / min(kc, k) if hoisted else calls)
             assert prologue_flops(w, form, pro, kc, dev) == pytest.approx(want)
+
+
+def test_operands_in_the_cache_pay_the_calibrated_share_of_their_traffic():
+    """kernel_cost.traffic_share: a product whose operands fit in the last-level cache pays
+    kernel.cached_traffic of its traffic's DRAM time, one that outgrows it all of it."""
+    from costmodel.kernel_cost import plain_kernel_parts, traffic_share
+    hidden = replace(CPU_DEFAULT, kernel=KernelCosts(cached_traffic=0.0))
+    shape, p = (1, 512, 1024, 256), params()
+    small = 4.0 * (512 * 256 + 256 * 1024 + 512 * 1024)
+    assert small <= CPU_DEFAULT.cache_bytes
+    assert traffic_share(small, hidden) == 0.0 and traffic_share(small, CPU_DEFAULT) == 1.0
+    full = plain_kernel_parts(*shape, p, 4, CPU_DEFAULT)[1]
+    none = plain_kernel_parts(*shape, p, 4, hidden)[1]
+    # one K slice (kc = K): A, C once; B packed: once more
+    moved = 4.0 * (512 * 256 + 256 * 1024 * 2 + 512 * 1024)
+    assert full - none == pytest.approx(moved / CPU_DEFAULT.bandwidth)
+    # past the cache every byte is DRAM traffic, whatever the share
+    tiny = replace(hidden, cache_bytes=1e5)
+    assert plain_kernel_parts(*shape, p, 4, tiny)[1] == pytest.approx(
+        plain_kernel_parts(*shape, p, 4, replace(CPU_DEFAULT, cache_bytes=1e5))[1])
+
+
+@pytest.mark.parametrize("share", [0.0, 0.5, 1.0])
+def test_the_fit_recovers_the_cached_traffic_share(share):
+    truth = KernelCosts(unpacked_b=1.2, one_vector=1.3, cached_traffic=share, barrier_s=0.0)
+    fit = fit_kernel_costs(synthetic(truth, 150e9, 0.01, 2), CPU_DEFAULT)
+    assert fit.costs.cached_traffic == share
+    assert fit.costs.one_vector == pytest.approx(1.3, rel=0.05)
+    assert fit.rms_log_after < 0.03

@@ -32,7 +32,9 @@ from autotune.cache_dirs import kernels_dir
 #    rate fitted with it
 # 7: the kernel's rate held at the FMA peak (f32_flops) at most, its factors fitted around it
 # 8: + a read from more far-apart regions than the prefetchers follow (access.far_regions)
-CALIBRATION_VERSION = 8
+# 9: + the share of its traffic a kernel whose operands fit in the cache pays
+#    (kernel.cached_traffic), fitted with the kernel's rate and factors
+CALIBRATION_VERSION = 9
 CALIBRATION_FILE = "calibration-cpu.json"
 DEFAULT_GEMM_N = 2048
 DEFAULT_COPY_MB = 256
@@ -101,7 +103,7 @@ _FIELDS = {"gemm_flops": (float, False), "bandwidth": (float, False),
            "kernel_flops": (float, False), "tile_overhead_s": (float, False)}
 # nested dataclasses of positive floats (and the few that may be 0)
 _SECTIONS = ("gemm_shapes", "access", "functions", "kernel")
-_ZERO_OK = {"kernel.barrier_s"}
+_ZERO_OK = {"kernel.barrier_s", "kernel.cached_traffic"}
 
 
 def _number(key: str, v, zero_ok: bool) -> float:
@@ -153,7 +155,9 @@ def load_cpu_spec(path: Path | None = None) -> DeviceSpec:
         return CPU_DEFAULT
     version = rec.get("version")
     if isinstance(version, int) and version < CALIBRATION_VERSION:
-        missing = [k for k in (*_FIELDS, *_SECTIONS) if k not in rec]
+        missing = [k for k in (*_FIELDS, *_SECTIONS) if k not in rec] + [
+            f"{name}.{f.name}" for name in _SECTIONS if isinstance(rec.get(name), dict)
+            for f in fields(getattr(CPU_DEFAULT, name)) if f.name not in rec[name]]
         warnings.warn(f"{path}: a version {version} cpu calibration; its terms apply, the "
                       f"defaults stand in for those it lacks ({', '.join(missing)}) (run "
                       f"`autotune calibrate --device cpu` to measure them)",

@@ -262,8 +262,9 @@ def report_lines(rec: dict) -> list[str]:
                    f"configurations; log error {fit.get('rms_log_before', math.nan):.2f} -> "
                    f"{fit.get('rms_log_after', math.nan):.2f} with its factors)")
         out.append("  factors:  " + ", ".join(f"{k} x{v:.2f}" for k, v in sorted(kc.items())
-                                              if k != "barrier_s")
-                   + f"; barrier {kc.get('barrier_s', 0.0) * 1e6:.1f} us")
+                                              if k not in ("barrier_s", "cached_traffic"))
+                   + f"; barrier {kc.get('barrier_s', 0.0) * 1e6:.1f} us; traffic of operands "
+                   f"in the cache x{kc.get('cached_traffic', 1.0):.2f}")
     else:
         out.append(f"kernel:     not measured ({rec.get('kernel_error', 'no kernel samples')})")
     out.append(f"cores:      {rec['parallel_units']}"

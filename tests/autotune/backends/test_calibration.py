@@ -210,3 +210,22 @@ def test_calibrate_prints_every_term(tmp_path, monkeypatch):
     assert spec.kernel_flops == rec["kernel_flops"]
     assert spec.kernel.stream_cached == rec["kernel"]["stream_cached"] > 0
     assert set(rec["gemm_shapes"]) == set(host_probes.GEMM_SHAPES)
+
+
+def test_a_version_8_kernel_section_loads_with_the_whole_traffic_and_says_so(tmp_path):
+    """Version 9 fits the share of its traffic a kernel with its operands in the cache pays:
+    a version 8 record's kernel terms apply with the whole traffic (the model they were
+    fitted with), and the warning names the missing term."""
+    rec = {**full_record(), "version": 8,
+           "kernel": {"one_vector": 1.2, "outer_a": 0.9, "barrier_s": 0.0}}
+    path = cal.write_calibration(rec, tmp_path / "c.json")
+    with pytest.warns(cal.StaleCalibrationWarning, match="kernel.cached_traffic"):
+        spec = cal.load_cpu_spec(path)
+    assert spec.kernel.one_vector == 1.2 and spec.kernel.cached_traffic == 1.0
+    # a fitted share of 0 (all of it hidden) is a valid term
+    path = cal.write_calibration({**rec, "version": cal.CALIBRATION_VERSION,
+                                  "kernel": {**rec["kernel"], "cached_traffic": 0.0}},
+                                 tmp_path / "c9.json")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cal.load_cpu_spec(path).kernel.cached_traffic == 0.0
