@@ -134,7 +134,8 @@ def test_chain_candidate_is_exactly_its_group_and_round_trips(small):
         cand = space.build(lambda n, opts: 1 if n.startswith("chain:")
                            else opts[int(rng.integers(len(opts)))])
         sched = cand.schedule("o")
-        assert sched.chain_block in (16, 32) and sched.impl == "loop"
+        # blocks below the 40 keys, and one over all of them
+        assert sched.chain_block in (16, 32, 64) and sched.impl == "loop"
         assert {e.split("->")[1] for e in cand.fused} >= {"m", "p", "l", "a", "o"}
         assert not any(e.startswith(("q->", "k->", "v->")) for e in cand.fused)
         params = params_of(space, cand)
