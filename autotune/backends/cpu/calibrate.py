@@ -156,7 +156,8 @@ def load_cpu_spec(path: Path | None = None) -> DeviceSpec:
     version = rec.get("version")
     if isinstance(version, int) and version < CALIBRATION_VERSION:
         missing = [k for k in (*_FIELDS, *_SECTIONS) if k not in rec] + [
-            f"{name}.{f.name}" for name in _SECTIONS if isinstance(rec.get(name), dict)
+            f"{name}.{f.name}" for name in ("access", "kernel")   # the sections written whole
+            if isinstance(rec.get(name), dict)
             for f in fields(getattr(CPU_DEFAULT, name)) if f.name not in rec[name]]
         warnings.warn(f"{path}: a version {version} cpu calibration; its terms apply, the "
                       f"defaults stand in for those it lacks ({', '.join(missing)}) (run "
