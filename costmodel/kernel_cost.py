@@ -251,7 +251,7 @@ def traffic_share(unique_bytes: float, dev: DeviceSpec) -> float:
     their traffic priced at the DRAM bandwidth the fit of the kernel's rate and factors left a
     log error of 0.30 (2-core Xeon) and 0.23 (2-core AMD EPYC), and ranked the configurations
     of one shape at Spearman 0.35-0.64 and 0.21-0.72; with the traffic's share fitted (0 on
-    both), 0.19 and 0.17, and 0.75-0.79 and 0.10-0.84 (bench/results/kernel-traffic-*)."""
+    both), 0.19 and 0.17, and 0.75-0.79 and 0.10-0.84 (bench/results/xeon-ffd0fe7)."""
     return dev.kernel.cached_traffic if unique_bytes <= dev.cache_bytes else 1.0
 
 
