@@ -80,6 +80,7 @@ def fit_kernel_costs(samples: list[KernelSample], dev: DeviceSpec, item: int = 4
     # peak at most and the factors fitted around it.
     c0_min = math.log(rate0 / peak_flops(dev, item)) if dev.f32_flops > 0 else -math.inf
     seconds = np.log([max(s.seconds, 1e-12) for s in samples])
+    lo, hi = FACTOR_RANGE
     best = None
     for share in CACHED_GRID:
         # the traffic (its cached share), A's packing, the calls and the barriers (no rate or
@@ -95,7 +96,6 @@ def fit_kernel_costs(samples: list[KernelSample], dev: DeviceSpec, item: int = 4
                 rest_coef = np.linalg.lstsq(x[:, 1:], y - c0_min, rcond=None)[0] if used \
                     else np.zeros(0)
                 coef = np.concatenate([[c0_min], rest_coef])
-            lo, hi = FACTOR_RANGE
             factors = {f: min(hi, max(lo, math.exp(c))) for f, c in zip(used, coef[1:])}
             costs = KernelCosts(barrier_s=barrier, cached_traffic=share, **factors)
             fitted = replace(dev, kernel_flops=rate0 / math.exp(coef[0]), kernel=costs)
