@@ -13,8 +13,8 @@ over a shared operand under one epilogue) is one kernel over twice the paired ex
 whole tile halves), its whole K in one slice; it reads both non-shared operands (the packing
 routine interleaves them into its micro-panels) and stores only the epilogue's result.  A
 packed B costs one more pass over it (:func:`packed_b_bytes`), a packed A its packing time
-(:func:`packed_a_s`).  docs/costmodel.md gives the
-reasons.
+(:func:`packed_a_s`); no configuration runs under the time of moving its operands once
+(:func:`~costmodel.kernel_traffic.traffic_floor_s`).  docs/costmodel.md gives the reasons.
 """
 from __future__ import annotations
 
@@ -32,12 +32,24 @@ from search_spaces.serial import kernel_serial
 
 from .devices import DeviceSpec
 from .estimate import FusedProducer, GroupCost
+from .kernel_traffic import c_passes, packed_b_bytes, traffic_floor_s, traffic_share
 from .rates import GEMM_FLOOR, SMALL_GEMM, copy_waste, kernel_launch_s, transcendental_weight
 
 
 def tile_use(extent: int, tile: int) -> float:
     """The share of the register tiles' lanes that hold real elements along one dim."""
     return extent / (math.ceil(extent / tile) * tile) if extent else 1.0
+
+
+def padding_s(compute: float, m: int, n: int, p: KernelParams | None) -> float:
+    """The share of the arithmetic ``compute`` that partial register tiles spend on padding,
+    which a kernel bound by its traffic (:func:`~costmodel.kernel_traffic.traffic_floor_s`)
+    pays beside it.  Measured (decode_mlp's 4 x 768 x 3072 and 4 x 3072 x 768 with B in place,
+    2-core Xeon, one process, 15 interleaved rounds): MR = 14 (4 of 14 rows used) 533-627 us a
+    group, MR = 4 266-301, where the floor is 345 us and the padding 125-185."""
+    if p is None:
+        return 0.0
+    return compute * (1.0 - tile_use(m, p.mr) * tile_use(n, p.nr))
 
 
 def kernel_operands(w, fused, anchor: str, layout_of, item: int):
@@ -194,28 +206,6 @@ def peak_flops(dev: DeviceSpec, item: int) -> float:
     return dev.f32_flops * 4 / item if dev.f32_flops > 0 else math.inf
 
 
-def c_passes(c_bytes: float, kk: int, kc: int, dev: DeviceSpec) -> int:
-    """Times C crosses the memory bus: written after the first K slice, read and written
-    after each further one, unless the cores' shares of it stay in their private caches
-    between slices (a C of a few rows: a decoding step's 4 x 3072 is 24 KB a core)."""
-    if c_bytes <= dev.tile_cache_bytes * max(dev.parallel_units, 1) / 2:
-        return 1
-    return 2 * max(1, math.ceil(kk / kc)) - 1
-
-
-def packed_b_bytes(b: int, kk: int, n: int, item: int, packed: bool) -> float:
-    """Bytes of the packed copy of the kernel's B (``b`` items of ``kk`` x ``n``, none when it
-    is read in place), priced as one more pass over B beside the micro-kernels' own reading.
-    Why only B: its packed block (KC x NC, sized to the shared cache) is written by all threads
-    and read back from there by every row block, where A's (MC x KC, sized to half a core's L2)
-    never leaves the core.  Measured on the 2-core AVX-512 host (bench/gemm_kernel.py, one
-    process, interleaved rounds): a decoding step's 4 x 3072 x 768 product ran 351 us with B
-    packed against 186 us in place (4 x 768 x 3072: 218 against 133), where one pass over B at
-    the calibrated bandwidth is 154 us (38); at 65536 x 640 x 128 and 512 x 1024 x 256 packing A
-    or not changed nothing (417 / 421 and 398 / 400 GFLOP/s), packing B gained up to 5 %."""
-    return float(b * kk * n * item) if packed else 0.0
-
-
 # Packing A into micro-panels: seconds per element and core.  Its packed block stays in the
 # core's L2, so it moves no DRAM bytes, but the packing pass and the micro-kernel's re-reading
 # of the panels cost time per element, which only N multiply-adds per element repay: at N = 32
@@ -244,17 +234,6 @@ def unscaled_s(b: int, m: int, n: int, kk: int, p: KernelParams | None, packed_a
     return packed_a_s(b, m, kk, n, nc, packed_a, dev) + micro_calls_s(b, m, n, kk, p, item, dev)
 
 
-def traffic_share(unique_bytes: float, dev: DeviceSpec) -> float:
-    """The share of its traffic's DRAM time a product pays whose operands and result take
-    ``unique_bytes``: all of it, unless they fit in the last-level cache (the calibrated
-    ``kernel.cached_traffic``).  Why: the calibration's products (2-10 MB) fit it, and with
-    their traffic priced at the DRAM bandwidth the fit of the kernel's rate and factors left a
-    log error of 0.30 (2-core Xeon) and 0.23 (2-core AMD EPYC), and ranked the configurations
-    of one shape at Spearman 0.35-0.64 and 0.21-0.72; with the traffic's share fitted (0 on
-    both), 0.19 and 0.17, and 0.75-0.79 and 0.10-0.84 (bench/results/xeon-ffd0fe7)."""
-    return dev.kernel.cached_traffic if unique_bytes <= dev.cache_bytes else 1.0
-
-
 def plain_kernel_parts(b: int, m: int, n: int, kk: int, p: KernelParams, item: int,
                        dev: DeviceSpec) -> tuple[float, float]:
     """(arithmetic, the rest: traffic, launch and A's packing) of :func:`plain_kernel_s`;
@@ -264,8 +243,10 @@ def plain_kernel_parts(b: int, m: int, n: int, kk: int, p: KernelParams, item: i
         + packed_b_bytes(b, kk, n, item, p.pack_b)
     compute = kernel_compute_s(b, m, n, kk, p, item, c, dev)
     serial = dev.kind == "cpu" and kernel_serial(b, m, n, kk, item)
-    share = traffic_share(a + bb + c, dev)
-    return compute, (moved / dev.bandwidth * share + kernel_launch_s(dev, serial)
+    traffic = moved / dev.bandwidth * traffic_share(a + bb + c, dev)
+    floor = traffic_floor_s(a + bb + c, bb, p.pack_b, p.nr, item, dev) \
+        + padding_s(compute, m, n, p)
+    return compute, (max(traffic, floor - compute) + kernel_launch_s(dev, serial)
                      + unscaled_s(b, m, n, kk, p, p.pack_a, item, dev))
 
 
@@ -379,11 +360,15 @@ def kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev: Dev
     # (+0.21).  At the K=128 projections C is written once per 128 multiply-adds per element
     # and its lines are fetched for ownership; the micro-kernel's prefetch does not hide that.
     serial = dev.kind == "cpu" and kernel_serial(b_, m, n, kk, item)
-    total = compute + memory + kernel_launch_s(dev, serial) + copy_bytes / dev.bandwidth
+    b_bytes = sum(nbytes for _, nbytes, role, *_ in rows if role == "b")
+    floor = traffic_floor_s(unique, b_bytes, packed_b, k.nr if k is not None else 1, item, dev) \
+        + padding_s(compute, m, n, k)
+    total = max(compute + memory, floor) + kernel_launch_s(dev, serial) \
+        + copy_bytes / dev.bandwidth
     return GroupCost(ops=tuple(g.members), anchor=g.anchor, impl=IMPL_KERNEL, tiles=(),
                      predicted_s=total, flops=flops + fused_flops, recomputed_flops=0.0,
                      transcendentals=trans, bytes=bytes_ + copy_bytes, unique_bytes=unique,
-                     launches=1, bound="compute" if compute >= memory else "memory",
+                     launches=1, bound="compute" if compute >= max(memory, floor) else "memory",
                      fused=tuple(FusedProducer(m, 1.0) for m in parts.members
                                  if m != g.anchor))
 
