@@ -31,9 +31,10 @@ from .estimate import CostEstimate, FusedProducer, GroupCost
 from .kernel_cost import kernel_copy_bytes, kernel_group
 from .memo import GroupMemo
 from .mma_cost import gpu_kernel_group
-from .rates import (LINE_ELEMS, far_regions, library_launch_s, line_waste, loop_launch_s,
-                    loop_occupancy, precision_rate, read_waste, regions_waste, split_extras,
-                    staged_copy_bytes, tile_overhead_s, transcendental_weight, write_waste)
+from .rates import (LINE_ELEMS, far_regions, lane_use, library_launch_s, line_waste,
+                    loop_launch_s, loop_occupancy, precision_rate, read_waste, regions_waste,
+                    split_extras, staged_copy_bytes, tile_overhead_s, transcendental_weight,
+                    write_waste)
 from .stack_cost import stack_copy_bytes, stacked_group
 
 # a workload's chains, found once: the model asks for them for every candidate that walks one
@@ -183,8 +184,12 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
         shp = footprint_shape(op, fps[mp.op], anchor, tiles)
         inner = mp.order[-1]
         inner_ext = shp[op.parallel.index(inner)] if inner in op.parallel else op.extent(inner)
-        # SIMD lanes: an innermost loop shorter than the vector width runs partly scalar
-        vec = min(1.0, inner_ext / dev.vector_width)
+        # SIMD lanes: an innermost loop shorter than the vector width runs partly scalar, and
+        # so does the last tile's remainder where the tile does not divide the extent
+        full = inner_ext
+        if inner in op.parallel and fps[mp.op][op.parallel.index(inner)][0] == "tile":
+            full = anchor.out_shape[fps[mp.op][op.parallel.index(inner)][1]]
+        vec = lane_use(inner_ext, full, dev.vector_width)
         if inner not in op.parallel:
             chained += mp.executions * f       # accumulated in one register chain
         # a strided walk in the innermost loop (any operand, tile buffers included) turns

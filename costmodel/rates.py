@@ -266,3 +266,15 @@ def tile_overhead_s(dev: DeviceSpec, n_tiles: int, chunk: int, members: int) -> 
     counter per chunk, the set-up a few dozen instructions."""
     deal = max(dev.tile_overhead_s - dev.tile_setup_s, 0.0)
     return (deal * n_tiles / chunk + dev.tile_setup_s * n_tiles * members) / dev.parallel_units
+
+
+def lane_use(tile: int, extent: int, width: int) -> float:
+    """The share of the vector lanes an innermost loop keeps busy when it walks ``extent``
+    elements in tiles of ``tile``: each tile's run costs whole vectors, at least one, so a run
+    shorter than ``width`` lanes (a tile's or the last tile's remainder) wastes the rest.
+    Measured (tiny_bmm's fused 8 x 8 by 8 x 12 products, innermost over the 12 columns, 2-core
+    Xeon, 8-float vectors, one process, 21 interleaved rounds): tiles of 12 206 us, of 6 257,
+    of 4 255, of 8 (runs of 8 and 4) 439, of 3 622; priced alike before for tiles of 8 and 12."""
+    tile = max(1, min(tile, extent))
+    runs = [tile] * (extent // tile) + ([extent % tile] if extent % tile else [])
+    return min(1.0, (extent / width) / sum(max(r / width, 1.0) for r in runs))

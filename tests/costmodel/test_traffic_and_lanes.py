@@ -68,3 +68,41 @@ def test_a_compute_bound_product_is_priced_by_its_arithmetic(cached_host):
     compute = kernel_compute_s(1, 512, 1024, 256, p, 4, 4.0 * 512 * 1024, cached_host)
     assert traffic_floor_s(unique, 4.0 * 256 * 1024, True, 64, 4, cached_host) < compute
     assert plain_kernel_parts(1, 512, 1024, 256, p, 4, cached_host)[0] == compute
+
+
+def test_a_tile_that_leaves_a_short_remainder_wastes_lanes():
+    # costmodel.rates.lane_use: 12 columns in tiles of 8 run 8 + 4, two vectors for 1.5
+    from costmodel.rates import lane_use
+    assert lane_use(12, 12, 8) == 1.0
+    assert lane_use(8, 12, 8) == pytest.approx(0.75)
+    assert lane_use(6, 12, 8) == pytest.approx(0.75)
+    assert lane_use(3, 12, 8) == pytest.approx(0.375)
+    assert lane_use(16, 64, 8) == 1.0 and lane_use(4, 4, 8) == 0.5
+    w = parse_workload(TINY_BMM)
+    dev = replace(costmodel.preset("cpu"), vector_width=8)
+
+    def fused(tiles):
+        c = Candidate.from_dict({"fused": ["z->y"], "layouts": {}, "name": "", "schedules": [
+            {"anchor": "y", "impl": "loop", "tiles": tiles}]})
+        return costmodel.estimate(w, c, dev).groups[0]
+    whole, eights = fused([128, 8, 12]), fused([128, 8, 8])
+    assert eights.predicted_s > whole.predicted_s and eights.flops == whole.flops
+
+
+TINY_BMM = """
+name = "bmm"
+dtype = "float32"
+outputs = ["y"]
+program = '''
+z[b,i,k] += a[b,i,j] * w[b,j,k]
+y[b,i,k] = relu(z[b,i,k])
+'''
+[dims]
+B = 4096
+I = 8
+J = 8
+K = 12
+[inputs]
+a = ["B", "I", "J"]
+w = ["B", "J", "K"]
+"""
