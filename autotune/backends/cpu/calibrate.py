@@ -34,7 +34,9 @@ from autotune.cache_dirs import kernels_dir
 # 8: + a read from more far-apart regions than the prefetchers follow (access.far_regions)
 # 9: + the share of its traffic a kernel whose operands fit in the cache pays
 #    (kernel.cached_traffic), fitted with the kernel's rate and factors
-CALIBRATION_VERSION = 9
+# 10: the last-level cache's reach measured (the largest working set read faster than
+#     memory: autotune.backends.cpu.cache_reach), not the size Linux reports
+CALIBRATION_VERSION = 10
 CALIBRATION_FILE = "calibration-cpu.json"
 DEFAULT_GEMM_N = 2048
 DEFAULT_COPY_MB = 256

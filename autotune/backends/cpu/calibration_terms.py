@@ -24,7 +24,7 @@ from costmodel.devices import CPU_DEFAULT, TRANSCENDENTALS, GemmShapes
 from costmodel.rates import gemm_rate
 
 from autotune.backends.buffers import aligned_full
-from autotune.backends.cpu import host_probes, kernel_probe, probes
+from autotune.backends.cpu import cache_reach, host_probes, kernel_probe, probes
 from autotune.backends.cpu.machine import machine_bounds
 from autotune.threads import cores
 
@@ -116,7 +116,14 @@ def measure(gemm_n: int, copy_mb: float, repeats: int, cache_dir: Path,
         ev["kernel_group_call_s"] = kernel_call
     llc = _last_level_cache()
     if llc:
-        ev["cache_bytes"] = llc
+        ev["reported_cache_bytes"] = ev["cache_bytes"] = llc
+        # the reach's largest working set at most 4 times the copy's (a quick calibration,
+        # as the tests run, measures none)
+        sizes = cache_reach.reach_sizes(llc, 4 * n * 4)
+        if lib is not None and sizes:
+            bws = cache_reach.read_bandwidths(lib, sizes, repeats)
+            ev["cache_read_bandwidth"] = {str(k): v for k, v in bws.items()}
+            ev["cache_bytes"] = llc = cache_reach.cache_reach(bws, llc)
     if kernel_samples > 0:
         ks = _errors(lambda: kernel_probe.measure_kernel(machine_bounds(), cache_dir, repeats,
                                                          kernel_samples), errors, "kernel")
@@ -267,7 +274,13 @@ def report_lines(rec: dict) -> list[str]:
                    f"in the cache x{kc.get('cached_traffic', 1.0):.2f}")
     else:
         out.append(f"kernel:     not measured ({rec.get('kernel_error', 'no kernel samples')})")
+    reach = ev.get("cache_read_bandwidth", {})
     out.append(f"cores:      {rec['parallel_units']}"
                + (f"   last-level cache: {rec['cache_bytes'] / 2**20:.0f} MiB"
-                  if "cache_bytes" in rec else ""))
+                  if "cache_bytes" in rec else "")
+               + (f"  (read faster than memory up to there; "
+                  f"{ev.get('reported_cache_bytes', 0) / 2**20:.0f} MiB reported; GB/s by "
+                  "working set: " + ", ".join(f"{int(k) >> 20} MiB {v / 1e9:.0f}"
+                                               for k, v in reach.items()) + ")"
+                  if reach else ""))
     return out
