@@ -274,13 +274,12 @@ def report_lines(rec: dict) -> list[str]:
                    f"in the cache x{kc.get('cached_traffic', 1.0):.2f}")
     else:
         out.append(f"kernel:     not measured ({rec.get('kernel_error', 'no kernel samples')})")
-    reach = ev.get("cache_read_bandwidth", {})
-    out.append(f"cores:      {rec['parallel_units']}"
-               + (f"   last-level cache: {rec['cache_bytes'] / 2**20:.0f} MiB"
-                  if "cache_bytes" in rec else "")
-               + (f"  (read faster than memory up to there; "
+    reach = sorted((int(k), v) for k, v in ev.get("cache_read_bandwidth", {}).items())
+    reach_text = (f"  (read faster than memory up to there; "
                   f"{ev.get('reported_cache_bytes', 0) / 2**20:.0f} MiB reported; GB/s by "
-                  "working set: " + ", ".join(f"{int(k) >> 20} MiB {v / 1e9:.0f}"
-                                               for k, v in reach.items()) + ")"
-                  if reach else ""))
+                  f"working set: {', '.join(f'{k >> 20} MiB {v / 1e9:.0f}' for k, v in reach)})"
+                  if reach else "")
+    out.append(f"cores:      {rec['parallel_units']}"
+               + (f"   last-level cache: {rec['cache_bytes'] / 2**20:.0f} MiB{reach_text}"
+                  if "cache_bytes" in rec else ""))
     return out
