@@ -186,9 +186,8 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
         inner_ext = shp[op.parallel.index(inner)] if inner in op.parallel else op.extent(inner)
         # SIMD lanes: an innermost loop shorter than the vector width runs partly scalar, and
         # so does the last tile's remainder where the tile does not divide the extent
-        full = inner_ext
-        if inner in op.parallel and fps[mp.op][op.parallel.index(inner)][0] == "tile":
-            full = anchor.out_shape[fps[mp.op][op.parallel.index(inner)][1]]
+        walk = fps[mp.op][op.parallel.index(inner)] if inner in op.parallel else None
+        full = anchor.out_shape[walk[1]] if walk and walk[0] == "tile" else inner_ext
         vec = lane_use(inner_ext, full, dev.vector_width)
         if inner not in op.parallel:
             chained += mp.executions * f       # accumulated in one register chain

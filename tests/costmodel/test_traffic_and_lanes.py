@@ -2,13 +2,16 @@
 priced at no less than moving its operands, whatever share of cache-resident traffic the
 calibration fitted."""
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 import costmodel
 from costmodel.devices import KernelCosts
 from search_spaces.candidate import Candidate
-from search_spaces.loader import parse_workload
+from search_spaces.loader import load_workload, parse_workload
+
+TINY_BMM = Path(__file__).resolve().parents[2] / "bench" / "unseen" / "tiny_bmm.toml"
 
 DECODE = """
 name = "thin"
@@ -78,7 +81,7 @@ def test_a_tile_that_leaves_a_short_remainder_wastes_lanes():
     assert lane_use(6, 12, 8) == pytest.approx(0.75)
     assert lane_use(3, 12, 8) == pytest.approx(0.375)
     assert lane_use(16, 64, 8) == 1.0 and lane_use(4, 4, 8) == 0.5
-    w = parse_workload(TINY_BMM)
+    w = load_workload(str(TINY_BMM))
     dev = replace(costmodel.preset("cpu"), vector_width=8)
 
     def fused(tiles):
@@ -88,21 +91,3 @@ def test_a_tile_that_leaves_a_short_remainder_wastes_lanes():
     whole, eights = fused([128, 8, 12]), fused([128, 8, 8])
     assert eights.predicted_s > whole.predicted_s and eights.flops == whole.flops
 
-
-TINY_BMM = """
-name = "bmm"
-dtype = "float32"
-outputs = ["y"]
-program = '''
-z[b,i,k] += a[b,i,j] * w[b,j,k]
-y[b,i,k] = relu(z[b,i,k])
-'''
-[dims]
-B = 4096
-I = 8
-J = 8
-K = 12
-[inputs]
-a = ["B", "I", "J"]
-w = ["B", "J", "K"]
-"""
