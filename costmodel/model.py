@@ -303,12 +303,13 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
     buffers = sum(math.prod(footprint_shape(w.op(m.op), fps[m.op], anchor, tiles))
                   for m in plans if m.op != g.anchor and m.op not in inlined) * item
     spill = 2 * buffers * n_tiles if buffers > dev.tile_cache_bytes else 0.0
-    occupancy, serial = loop_occupancy(w, g.members, n_tiles, dev)
+    _, chunk = tile_dealing(anchor.out_shape, tuple(eff_tiles), tuple(layout_of(g.anchor)),
+                            item)
+    occupancy, serial = loop_occupancy(w, g.members, n_tiles, dev,
+                                       chunk if dev.kind == "cpu" else 1)
     compute_s /= occupancy
     # the dealing of tiles (per chunk) and each member's set-up per tile: what sinks
     # per-element fusion
-    _, chunk = tile_dealing(anchor.out_shape, tuple(eff_tiles), tuple(layout_of(g.anchor)),
-                            item)
     overhead_s = tile_overhead_s(dev, n_tiles, chunk, len(plans))
     # one core alone draws its share of the bandwidth, not all of it: idle cores leave theirs
     # unused (outer_product_mean's row mean over 2 MB in one tile: 0.24 ms, 0.08 predicted

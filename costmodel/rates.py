@@ -226,15 +226,18 @@ def transcendental_weight(e: Expr, dev: DeviceSpec,
     return own
 
 
-def loop_occupancy(w, members, n_tiles: int, dev: DeviceSpec) -> tuple[float, bool]:
+def loop_occupancy(w, members, n_tiles: int, dev: DeviceSpec,
+                   chunk: int = 1) -> tuple[float, bool]:
     """(share of the units a loop group of ``members`` keeps busy, whether it runs on the
-    calling thread).  Tiles are dealt to cores/SMs in waves: the last, partial wave leaves
-    units idle (fewer tiles than units is the extreme case); a CPU group too small to share
+    calling thread).  Tiles are dealt to cores/SMs ``chunk`` at a time
+    (search_spaces.footprint.tile_dealing), in waves of chunks: the last, partial wave leaves
+    units idle (fewer chunks than units is the extreme case); a CPU group too small to share
     runs on one core (search_spaces.serial)."""
     if dev.kind == "cpu" and loop_group_serial(w, members):
         return 1.0 / dev.parallel_units, True
-    waves = math.ceil(n_tiles / dev.parallel_units)
-    return n_tiles / (waves * dev.parallel_units), False
+    chunk = max(1, min(chunk, n_tiles))
+    waves = math.ceil(math.ceil(n_tiles / chunk) / dev.parallel_units)
+    return n_tiles / (waves * chunk * dev.parallel_units), False
 
 
 def loop_launch_s(dev: DeviceSpec, serial: bool = False) -> float:

@@ -152,6 +152,7 @@ STREAM_BYTES = 1 << 20
 LINE_BYTES = 64
 RUN_ON_BYTES = 32 * 1024   # a thread's contiguous walk of an output before its next tile
 MIN_CHUNKS = 256           # chunks of tiles a loop group keeps at least (threads to feed)
+LINE_FEED = 16             # chunks a line's worth of narrow tiles leaves at least
 
 
 def nest_extents(op: Op, fshape: tuple[int, ...]) -> dict[str, int]:
@@ -170,7 +171,8 @@ def tile_dealing(out_shape: tuple[int, ...], eff: tuple[int, ...], perm: tuple[i
     them back and forth.  So that dim's tile loop goes innermost and a thread takes a line's
     worth of neighbours at once.  Measured on 2 cores, out[i,j,z] = po + b, 128^3 floats:
     tiles (2,8,4) 6.6 ms one at a time, 1.25 ms four at a time (0.5 ms with whole rows);
-    (32,4,16): 2.3 -> 0.55 ms."""
+    (32,4,16): 2.3 -> 0.55 ms.  Never so few chunks (LINE_FEED) that cores idle: few tiles do
+    much work each (long_elementwise's rs[b] += out[b,t,c], b = 3, ran on one core)."""
     nd = len(out_shape)
     if nd == 0:
         return [], 1
@@ -181,7 +183,7 @@ def tile_dealing(out_shape: tuple[int, ...], eff: tuple[int, ...], perm: tuple[i
         order, chunk = list(range(nd)), 1
     else:
         order = [k for k in range(nd) if k != kc] + [kc]
-        chunk = min(ntile[kc], -(-LINE_BYTES // width))
+        chunk = min(ntile[kc], -(-LINE_BYTES // width), -(-math.prod(ntile) // LINE_FEED))
     return order, max(chunk, _run_on_chunk(out_shape, eff, perm, item, order, ntile))
 
 

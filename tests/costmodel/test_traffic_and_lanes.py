@@ -91,3 +91,16 @@ def test_a_tile_that_leaves_a_short_remainder_wastes_lanes():
     whole, eights = fused([128, 8, 12]), fused([128, 8, 8])
     assert eights.predicted_s > whole.predicted_s and eights.flops == whole.flops
 
+
+
+def test_tiles_dealt_a_chunk_at_a_time_leave_cores_idle_when_the_chunks_are_few():
+    # costmodel.rates.loop_occupancy: three tiles on two cores run in two waves (3/4 busy);
+    # dealt three at a time they are one core's work (1/2)
+    from costmodel.rates import loop_occupancy
+    w = load_workload(str(TINY_BMM))
+    dev = replace(costmodel.preset("cpu"), parallel_units=2)
+    members = tuple(op.out for op in w.ops)
+    assert loop_occupancy(w, members, 3, dev) == (pytest.approx(0.75), False)
+    assert loop_occupancy(w, members, 3, dev, chunk=3) == (pytest.approx(0.5), False)
+    assert loop_occupancy(w, members, 64, dev, chunk=16) == (pytest.approx(1.0), False)
+    assert loop_occupancy(w, members, 48, dev, chunk=16)[0] == pytest.approx(48 / 64)

@@ -7,8 +7,8 @@ import re
 import pytest
 
 from search_spaces.candidate import GroupSchedule, make_candidate
-from search_spaces.footprint import (LINE_BYTES, MIN_CHUNKS, RUN_ON_BYTES, conflicting,
-                                     sets_touched, tile_dealing)
+from search_spaces.footprint import (LINE_BYTES, LINE_FEED, MIN_CHUNKS, RUN_ON_BYTES,
+                                     conflicting, sets_touched, tile_dealing)
 
 from autotune.backends.cpu.codegen import generate
 from tests.support.workloads import workload
@@ -74,6 +74,16 @@ def test_tiles_are_dealt_to_run_on_where_their_neighbours_continue_them():
     # few tiles: every thread keeps MIN_CHUNKS chunks to share
     few = tile_dealing((64, 64), (1, 64), (0, 1), 4)
     assert few == ([0, 1], 1) and 64 < MIN_CHUNKS
+
+
+def test_a_few_narrow_tiles_are_not_dealt_to_one_thread():
+    # long_elementwise's rs[b] over b = 3 in tiles of one float: a line's worth would be all
+    # three, one core's work; every tile goes on its own
+    assert tile_dealing((3,), (1,), (0,), 4) == ([0], 1)
+    # 64 tiles of one column: a line's worth (16) would leave 4 chunks; LINE_FEED keeps 16
+    assert tile_dealing((8, 64), (8, 1), (0, 1), 4) == ([0, 1], 64 // LINE_FEED)
+    # many tiles keep the whole line's worth
+    assert tile_dealing((512, 64), (8, 1), (0, 1), 4)[1] >= LINE_BYTES // 4
 
 
 def test_tile_dealing_of_a_dim_tiled_whole_is_one_at_a_time():
