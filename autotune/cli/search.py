@@ -50,7 +50,7 @@ def search_cmd(
     if confirm_rounds is not None and confirm_rounds < 0:
         raise CliError("--confirm-rounds must be 0 (no confirmation) or more")
     shapes = [load(workload, d) for d in parse_dims_list(dims)]   # every error before a search
-    _api().resolve(device)   # a missing GPU fails here, before any output
+    env = _api().resolve(device)   # a missing GPU fails here, before any output
     config = SearchConfig(budget=budget, sampler=sampler, seed=seed, prune_factor=prune_factor,
                           storage=storage)
     if confirm_rounds is not None:
@@ -60,11 +60,28 @@ def search_cmd(
         from autotune.search.storage import open_storage
         open_storage(storage)   # a bad URL or an unreachable server fails here, in one line
     settings = MeasureSettings(repeats=max(1, repeats))
+    _calibration_note(env.kind)     # after every refusal: those stay one line
     for n, w in enumerate(shapes, start=1):
         if len(shapes) > 1:
             typer.echo(f"== {w.name} at {','.join(f'{d}={v}' for d, v in w.dims)} "
                        f"(shape {n} of {len(shapes)})")
         _search_one(w, workload, device, db, config, settings, budget)
+
+
+def _calibration_note(kind: str) -> None:
+    """One line on stderr when the cost model runs on default terms, not this machine's: the
+    search still measures what it keeps, but prunes and proposes by a model priced for another
+    machine (a calibration is read from $AUTOTUNE_DB's folder, else the user's cache)."""
+    from autotune.backends.factory import backend_kind
+    if backend_kind(kind).calibrated() is not False:
+        return
+    where = ""
+    if kind == "cpu":
+        from autotune.backends.cpu.calibrate import calibration_path
+        where = f" (none at {calibration_path()})"
+    typer.echo(f"note: no calibration of this machine's {kind}{where}: the cost model uses "
+               f"default terms; `autotune calibrate --device {kind}` measures them once",
+               err=True)
 
 
 def _search_one(w, workload: str, device: str, db, config, settings, budget: int) -> None:
