@@ -60,34 +60,43 @@ def search_cmd(
         from autotune.search.storage import open_storage
         open_storage(storage)   # a bad URL or an unreachable server fails here, in one line
     settings = MeasureSettings(repeats=max(1, repeats))
-    _calibration_note(env.kind)     # after every refusal: those stay one line
+    note = _calibration_note(env.kind)
     for n, w in enumerate(shapes, start=1):
         if len(shapes) > 1:
             typer.echo(f"== {w.name} at {','.join(f'{d}={v}' for d, v in w.dims)} "
                        f"(shape {n} of {len(shapes)})")
-        _search_one(w, workload, device, db, config, settings, budget)
+        _search_one(w, workload, device, db, config, settings, budget, note)
+        note = ""                       # said once
 
 
-def _calibration_note(kind: str) -> None:
-    """One line on stderr when the cost model runs on default terms, not this machine's: the
-    search still measures what it keeps, but prunes and proposes by a model priced for another
-    machine (a calibration is read from $AUTOTUNE_DB's folder, else the user's cache)."""
+def _calibration_note(kind: str) -> str:
+    """The line to say on stderr when the cost model runs on default terms, not this
+    machine's ("" when calibrated): the search still measures what it keeps, but prunes and
+    proposes by a model priced for another machine (a calibration is read from
+    $AUTOTUNE_DB's folder, else the user's cache)."""
     from autotune.backends.factory import backend_kind
     if backend_kind(kind).calibrated() is not False:
-        return
+        return ""
     where = ""
     if kind == "cpu":
         from autotune.backends.cpu.calibrate import calibration_path
         where = f" (none at {calibration_path()})"
-    typer.echo(f"note: no calibration of this machine's {kind}{where}: the cost model uses "
-               f"default terms; `autotune calibrate --device {kind}` measures them once",
-               err=True)
+    return (f"note: no calibration of this machine's {kind}{where}: the cost model uses "
+            f"default terms; `autotune calibrate --device {kind}` measures them once")
 
 
-def _search_one(w, workload: str, device: str, db, config, settings, budget: int) -> None:
-    """One shape's search, with its progress and its result line."""
+def _search_one(w, workload: str, device: str, db, config, settings, budget: int,
+                note: str = "") -> None:
+    """One shape's search, with its progress and its result line; ``note`` said on stderr
+    once the search has started (a refusal before that, a damaged database say, stays the
+    one line it is)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
         TimeElapsedColumn
+    pending = [note] if note else []
+
+    def say_note() -> None:
+        if pending:
+            typer.echo(pending.pop(), err=True)
 
     def status(p) -> str:
         best = f"best {p.best_s:.4g} s ({p.best_name})" if p.best_s else "best -"
@@ -98,6 +107,7 @@ def _search_one(w, workload: str, device: str, db, config, settings, budget: int
         t0 = time.monotonic()
 
         def plain(p):
+            say_note()
             typer.echo(f"trial {p.done}/{budget} {time.monotonic() - t0:.0f}s  {p.last}  "
                        f"{status(p)}")
             sys.stdout.flush()
@@ -110,7 +120,8 @@ def _search_one(w, workload: str, device: str, db, config, settings, budget: int
                                 status="starting (reference...)")
             result = _api().run_search(
                 w, device, db, config, settings,
-                lambda p: bar.update(task, completed=p.done, status=status(p)))
+                lambda p: (say_note(), bar.update(task, completed=p.done, status=status(p))))
+    say_note()          # a search with nothing left to run reports no progress
     p = result.progress
     if result.best is None:
         raise CliError(f"no candidate of {w.name} passed verification in {p.done} trials; "

@@ -28,3 +28,14 @@ def test_a_search_without_a_calibration_says_so_and_with_one_does_not(cached_tmp
     r = runner.invoke(app, ARGS)
     assert r.exit_code == 0, r.output
     assert "note: no calibration" not in r.stderr
+
+
+def test_without_a_calibration_a_refusal_is_still_one_line(cached_tmp, monkeypatch):
+    # the note waits for the search to start: a damaged database's error stays alone
+    monkeypatch.setenv("AUTOTUNE_DB", str(cached_tmp / "plans.sqlite"))
+    bad = cached_tmp / "bad.sqlite"
+    bad.write_text("not a database\n")
+    r = runner.invoke(app, [*ARGS, "--db", str(bad)])
+    assert r.exit_code == 1
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not an SQLite database" in lines[0], r.stderr
