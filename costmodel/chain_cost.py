@@ -281,8 +281,7 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
         compute_s += rescale * len(chain.members) * BLOCK_LOOP_S / max(dev.parallel_units, 1)
     order, chunk = tile_dealing(anchor.out_shape, tuple(eff), tuple(layout_of(chain.anchor)),
                                 item)
-    occupancy, serial = loop_occupancy(w, chain.members, n_tiles, dev,
-                                       chunk if dev.kind == "cpu" else 1)
+    occupancy, serial = loop_occupancy(w, chain.members, n_tiles, dev, chunk)
     if masked and dev.kind == "cpu" and not serial:
         # masked tiles are unequal: the slowest thread's share, dealt as the code does
         compute_s *= dealt_share(masked[0], order, chunk, dev.parallel_units)

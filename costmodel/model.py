@@ -305,8 +305,7 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
     spill = 2 * buffers * n_tiles if buffers > dev.tile_cache_bytes else 0.0
     _, chunk = tile_dealing(anchor.out_shape, tuple(eff_tiles), tuple(layout_of(g.anchor)),
                             item)
-    occupancy, serial = loop_occupancy(w, g.members, n_tiles, dev,
-                                       chunk if dev.kind == "cpu" else 1)
+    occupancy, serial = loop_occupancy(w, g.members, n_tiles, dev, chunk)
     compute_s /= occupancy
     # the dealing of tiles (per chunk) and each member's set-up per tile: what sinks
     # per-element fusion

@@ -229,11 +229,13 @@ def transcendental_weight(e: Expr, dev: DeviceSpec,
 def loop_occupancy(w, members, n_tiles: int, dev: DeviceSpec,
                    chunk: int = 1) -> tuple[float, bool]:
     """(share of the units a loop group of ``members`` keeps busy, whether it runs on the
-    calling thread).  Tiles are dealt to cores/SMs ``chunk`` at a time
-    (search_spaces.footprint.tile_dealing), in waves of chunks: the last, partial wave leaves
-    units idle (fewer chunks than units is the extreme case); a CPU group too small to share
-    runs on one core (search_spaces.serial)."""
-    if dev.kind == "cpu" and loop_group_serial(w, members):
+    calling thread).  Tiles are dealt to cores/SMs in waves, on a CPU ``chunk`` at a time
+    (search_spaces.footprint.tile_dealing; a GPU takes one block a tile): the last, partial
+    wave leaves units idle (fewer chunks than units is the extreme case); a CPU group too
+    small to share runs on one core (search_spaces.serial)."""
+    if dev.kind != "cpu":
+        chunk = 1
+    elif loop_group_serial(w, members):
         return 1.0 / dev.parallel_units, True
     chunk = max(1, min(chunk, n_tiles))
     waves = math.ceil(math.ceil(n_tiles / chunk) / dev.parallel_units)

@@ -104,3 +104,6 @@ def test_tiles_dealt_a_chunk_at_a_time_leave_cores_idle_when_the_chunks_are_few(
     assert loop_occupancy(w, members, 3, dev, chunk=3) == (pytest.approx(0.5), False)
     assert loop_occupancy(w, members, 64, dev, chunk=16) == (pytest.approx(1.0), False)
     assert loop_occupancy(w, members, 48, dev, chunk=16)[0] == pytest.approx(48 / 64)
+    # a GPU's blocks are not dealt in chunks: the chunk leaves its occupancy as it is
+    gpu = costmodel.preset("h100")
+    assert loop_occupancy(w, members, 3, gpu, chunk=3) == loop_occupancy(w, members, 3, gpu)
