@@ -26,7 +26,7 @@ from search_spaces.kernel_fusion import (Prologue, batch_split, group_strides, k
 from search_spaces.footprint import strides
 from search_spaces.gemm import as_matrix_view, gemm_form, group_size, operand_groups, staged_run
 from search_spaces.ir import accesses
-from search_spaces.kernel import OUTER_A, SPLIT_BATCH, KernelParams, pair_params
+from search_spaces.kernel import OUTER_A, PACK_ALL_BYTES, SPLIT_BATCH, KernelParams, pair_params
 from search_spaces.partition import Group
 from search_spaces.serial import kernel_serial
 
@@ -135,7 +135,8 @@ def kernel_threads(b: int, m: int, n: int, kk: int, p: KernelParams | None,
     Split "batch" (with more than one item) gives each thread whole items, no barrier; split
     "m" shares each item's row blocks between all threads (and, where they are fewer than the
     threads, column chunks of each), with a barrier after each NC x KC block's B packing and
-    after its blocks of C where B is packed, none where it is read in place
+    after its blocks of C where B is packed (after a column block's packing and after its C
+    where all its K slices fit in PACK_ALL_BYTES), none where it is read in place
     (gemm_driver.item_shared).  A product too small to share runs on one thread
     (search_spaces.serial)."""
     cores = max(dev.parallel_units, 1)
@@ -153,7 +154,11 @@ def kernel_threads(b: int, m: int, n: int, kk: int, p: KernelParams | None,
         width = min(n, p.nc)
         chunk = math.ceil(math.ceil(width / math.ceil(cores / busy)) / p.nr) * p.nr
         busy = min(cores, busy * math.ceil(width / chunk))
-    blocks = math.ceil(n / p.nc) * max(1, math.ceil(kk / p.kc))
+    slices = max(1, math.ceil(kk / p.kc))
+    width = math.ceil(min(n, p.nc) / p.nr) * p.nr
+    if slices > 1 and kk * width * item <= PACK_ALL_BYTES:
+        slices = 1          # every K slice of a column block packed at once
+    blocks = math.ceil(n / p.nc) * slices
     # B read in place shares nothing between the threads: they run on without barriers
     return busy / cores, (b * blocks * 2 if p.pack_b else 0)
 

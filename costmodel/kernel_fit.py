@@ -33,6 +33,14 @@ BARRIER_GRID_S = (0.0, 0.5e-6, 1e-6, 2e-6, 4e-6, 8e-6, 16e-6, 32e-6, 64e-6)
 CACHED_GRID = (1.0, 0.75, 0.5, 0.25, 0.0)
 # a factor outside this range says more about a few noisy samples than about the machine
 FACTOR_RANGE = (0.5, 4.0)
+# Factors that cannot speed a configuration up, whatever a few noisy samples say: a register
+# tile of 4 rows (short_tile) uses each loaded B vector 4 times against 6 or more, one vector
+# wide (one_vector) each broadcast A element once.  Fitted free, short_tile came out 0.85 on
+# the 2-core Xeon (75 samples, log error 0.17), and the search's first picks were 4 x 64 tiles:
+# gated_mlp's best plan (two such kernel groups) ran 4.09 ms against 3.81 with 6 x 64 tiles
+# (one process, 15 interleaved rounds); the micro-kernel alone, operands in cache, one core:
+# 4 x 64 143 GFLOP/s, 6 x 64 168, 12 x 32 171.
+AT_LEAST_ONE = ("short_tile", "one_vector")
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,27 @@ class KernelFit:
     rms_log_before: float
     rms_log_after: float
     samples: int
+
+
+def _bounded_lstsq(x: np.ndarray, y: np.ndarray, used: list[str], c0_min: float) -> np.ndarray:
+    """Least squares for [c0, c_i...] with c0 >= ``c0_min`` and each factor of
+    :data:`AT_LEAST_ONE` at 1 or more: a coefficient past its bound is held there and the rest
+    fitted again, until none is."""
+    held: dict[int, float] = {}
+    while True:
+        free = [j for j in range(x.shape[1]) if j not in held]
+        rest = y - sum((x[:, j] * v for j, v in held.items()), np.zeros_like(y))
+        sol = np.linalg.lstsq(x[:, free], rest, rcond=None)[0] if free else np.zeros(0)
+        coef = np.zeros(x.shape[1])
+        coef[free] = sol
+        for j, v in held.items():
+            coef[j] = v
+        past = [j for j in free if (j == 0 and coef[0] < c0_min)
+                or (j > 0 and used[j - 1] in AT_LEAST_ONE and coef[j] < 0.0)]
+        if not past:
+            return coef
+        for j in past:
+            held[j] = c0_min if j == 0 else 0.0
 
 
 def _flags(s: KernelSample, item: int, dev: DeviceSpec) -> dict[str, bool]:
@@ -91,11 +120,7 @@ def fit_kernel_costs(samples: list[KernelSample], dev: DeviceSpec, item: int = 4
         for barrier in BARRIER_GRID_S:
             y = np.log([max(s.seconds - r - nb * barrier, 0.1 * s.seconds, 1e-12)
                         for s, r, nb in zip(samples, rest, barriers)]) - neutral
-            coef = np.linalg.lstsq(x, y, rcond=None)[0]
-            if coef[0] < c0_min:
-                rest_coef = np.linalg.lstsq(x[:, 1:], y - c0_min, rcond=None)[0] if used \
-                    else np.zeros(0)
-                coef = np.concatenate([[c0_min], rest_coef])
+            coef = _bounded_lstsq(x, y, used, c0_min)
             factors = {f: min(hi, max(lo, math.exp(c))) for f, c in zip(used, coef[1:])}
             costs = KernelCosts(barrier_s=barrier, cached_traffic=share, **factors)
             fitted = replace(dev, kernel_flops=rate0 / math.exp(coef[0]), kernel=costs)

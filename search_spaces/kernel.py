@@ -17,6 +17,11 @@ SPLITS = (SPLIT_M, SPLIT_BATCH)
 OUTER_B = "b"          # BLIS's order: a B micro-panel stays in L1 while the A block streams by
 OUTER_A = "a"          # an A micro-panel stays while the B block streams: C written row-panel-wise
 OUTERS = (OUTER_B, OUTER_A)
+# A packed B whose column block's whole K fits in this many bytes is packed at once, all its K
+# slices, before any is used: the threads then meet at two barriers a column block, not two a
+# slice (autotune.backends.cpu.gemm_driver; the model's costmodel.kernel_cost.kernel_threads).
+# 4 MiB: a few cores' L2, far under the last-level cache the B block is sized for.
+PACK_ALL_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)

@@ -41,9 +41,12 @@ def test_threads_split_items_or_rows():
     dev = replace(CPU_DEFAULT, parallel_units=4)
     # 6 items on 4 cores: two waves, the second half idle
     assert kernel_threads(6, 64, 64, 32, params(split="batch"), dev) == (0.75, 0)
-    # split m: one barrier after B's packing and one after the row blocks, per block and item
+    # split m: one barrier after B's packing and one after the row blocks, per column block
+    # and item where all K slices of a column block fit in PACK_ALL_BYTES (512 x 512 floats)
     occ, barriers = kernel_threads(3, 4096, 1024, 512, params(nc=512, kc=256), dev)
-    assert occ == 1.0 and barriers == 3 * 2 * 2 * 2
+    assert occ == 1.0 and barriers == 3 * 2 * 2
+    # ... and per K slice where they do not (4096 x 512 floats: 8 MiB)
+    assert kernel_threads(3, 4096, 1024, 4096, params(nc=512, kc=256), dev)[1] == 3 * 2 * 16 * 2
     # B read in place: nothing shared, no barrier (gemm_driver: nowait between K slices)
     assert kernel_threads(3, 4096, 1024, 512, params(nc=512, kc=256, pack_b=False),
                           dev)[1] == 0
@@ -150,6 +153,22 @@ def test_the_fit_recovers_the_factors_it_is_given():
     assert fit.costs.barrier_s == pytest.approx(16e-6, rel=0.5)
     assert fit.rms_log_after < fit.rms_log_before
     assert fit.rms_log_after < 0.06
+
+
+def test_a_short_or_narrow_tile_is_never_fitted_faster():
+    """Samples that say 4-row and one-vector tiles run faster (0.8): those factors are held at
+    1 (AT_LEAST_ONE) and the others fitted around them."""
+    truth = KernelCosts(short_tile=0.8, one_vector=0.8, outer_a=0.8, unpacked_b=1.2,
+                        barrier_s=0.0)
+    fit = fit_kernel_costs(synthetic(truth, 150e9, 0.0, 4), CPU_DEFAULT)
+    assert fit.costs.short_tile == 1.0 and fit.costs.one_vector == 1.0
+    # the rest absorbs what the held factors cannot say; the fit still explains more than the
+    # rate alone
+    assert fit.costs.outer_a < 1.0 and fit.rms_log_after < fit.rms_log_before
+    # where the samples agree with the bound, nothing is held
+    fit = fit_kernel_costs(synthetic(replace(truth, short_tile=1.3), 150e9, 0.0, 4),
+                           CPU_DEFAULT)
+    assert fit.costs.short_tile == pytest.approx(1.3, rel=0.06)
 
 
 def test_a_choice_the_samples_never_vary_keeps_factor_one():

@@ -8,8 +8,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from search_spaces.kernel import (OUTER_A, SPLIT_BATCH, KernelBounds, KernelParams, default_params,
-                                  kernel_options, legalize, micro_tiles)
+from search_spaces.kernel import (OUTER_A, PACK_ALL_BYTES, SPLIT_BATCH, KernelBounds,
+                                  KernelParams, default_params, kernel_options, legalize,
+                                  micro_tiles)
 from autotune.backends.cpu.executor import load_gemm_kernel
 from autotune.backends.cpu.gemm_call import store_for
 from autotune.backends.cpu.gemm_driver import kernel_source
@@ -83,6 +84,25 @@ def test_every_packing_and_split_is_correct(kdir, change):
         for nb, m, n, k in SHAPES + [(5, 19, 45, 40)]:
             a, b = _operands(rng, dtype, nb, m, n, k, layout)
             c = np.full((nb, m, n), np.nan, dtype=dtype)
+            kern(a, b, c)
+            _check(c, a, b)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_k_slices_packed_at_once_or_one_by_one(kdir, dtype):
+    """A column block whose whole K fits in PACK_ALL_BYTES is packed at once (every slice,
+    then the blocks of C: two barriers a column block); a deeper one slice by slice (two
+    barriers a slice).  Both on every thread, B packed from row- and column-major storage."""
+    p = _small(dtype)
+    kern = load_gemm_kernel(KernelSpec(p, dtype), kdir)
+    item = np.dtype(dtype).itemsize
+    deep = PACK_ALL_BYTES // (p.nc * item) + 3 * p.kc + 5          # past the bound
+    rng = np.random.default_rng(5)
+    for k in (7 * p.kc + 3, deep):
+        assert (k * p.nc * item <= PACK_ALL_BYTES) == (k < deep)
+        for layout in ("rows", "cols"):
+            a, b = _operands(rng, dtype, 2, 2 * p.mr + 5, p.nc + 3 * p.nr // 2, k, layout)
+            c = np.full((2, a.shape[1], b.shape[2]), np.nan, dtype=dtype)
             kern(a, b, c)
             _check(c, a, b)
 
