@@ -94,10 +94,7 @@ static void {name}(const T *RA, long ra_r, long ra_k, const T *RB, long rb_k, lo
       long pc = kb * KC, kc = K - pc < KC ? K - pc : KC;
       const T *Bb = RB + pc * rb_k + jc * rb_c;
       T *bb = all ? bb0 + pc * ncx : bb0;
-      if (pb && all) {{
-        {blocks}
-        {loop}
-      }} else if (pb) {{
+      if (pb && !all) {{
         {omp}
         for (long jr = 0; jr < nc; jr += NR)
           {pack_b}
@@ -105,7 +102,7 @@ static void {name}(const T *RA, long ra_r, long ra_k, const T *RB, long rb_k, lo
         {blocks}
         {loop}
         {sync}
-      }} else {{
+      }} else {{             /* B packed already, or read in place */
         {blocks}
         {loop}
       }}
