@@ -36,7 +36,10 @@ from autotune.cache_dirs import kernels_dir
 #    (kernel.cached_traffic), fitted with the kernel's rate and factors
 # 10: the last-level cache's reach measured (the largest working set read faster than
 #     memory: autotune.backends.cpu.cache_reach), not the size Linux reports
-CALIBRATION_VERSION = 10
+# 11: the kernel measured with its own barrier and a column block's K slices packed at once
+#     (gemm_driver), its short_tile and one_vector factors held at 1 or more
+#     (costmodel.kernel_fit.AT_LEAST_ONE): a version 10 fit may price 4-row tiles faster
+CALIBRATION_VERSION = 11
 CALIBRATION_FILE = "calibration-cpu.json"
 DEFAULT_GEMM_N = 2048
 DEFAULT_COPY_MB = 256
