@@ -66,7 +66,6 @@ def _item(s: KernelSpec, shared: bool) -> str:
         }}"""
     # B read in place (no shared block): a static schedule gives each thread the same blocks
     # of C in every K slice, so the threads run on without a barrier between the slices
-    pack_all = "#pragma omp for schedule(static) collapse(2) nowait" if shared else ""
     return f"""
 static void {name}(const T *RA, long ra_r, long ra_k, const T *RB, long rb_k, long rb_c, T *RC,
                    long rc_r, long rc_c, long M, long N, long K, long span, long qs,
@@ -79,7 +78,7 @@ static void {name}(const T *RA, long ra_r, long ra_k, const T *RB, long rb_k, lo
     long nc = N - jc < NC ? N - jc : NC;
     long cw = nq > 1 ? ((nc + nq - 1) / nq + NR - 1) / NR * NR : nc;
     if (pb && all) {{
-      {pack_all}
+      {blocks}
       for (long kb = 0; kb < nk; kb++)
         for (long jr = 0; jr < nc; jr += NR) {{
           long pc = kb * KC, kc = K - pc < KC ? K - pc : KC;
