@@ -14,7 +14,9 @@ whole tile halves), its whole K in one slice; it reads both non-shared operands 
 routine interleaves them into its micro-panels) and stores only the epilogue's result.  A
 packed B costs one more pass over it (:func:`packed_b_bytes`), a packed A its packing time
 (:func:`packed_a_s`); no configuration runs under the time of moving its operands once
-(:func:`~costmodel.kernel_traffic.traffic_floor_s`).  docs/costmodel.md gives the reasons.
+(:func:`~costmodel.kernel_traffic.traffic_floor_s`).  A symmetric product computes the tiles
+on and above its diagonal and copies them (search_spaces.symmetry).  docs/costmodel.md gives
+the reasons.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from search_spaces.ir import accesses
 from search_spaces.kernel import OUTER_A, PACK_ALL_BYTES, SPLIT_BATCH, KernelParams, pair_params
 from search_spaces.partition import Group
 from search_spaces.serial import kernel_serial
+from search_spaces.symmetry import computed_share, symmetric_kernel
 
 from .devices import DeviceSpec
 from .estimate import FusedProducer, GroupCost
@@ -164,11 +167,12 @@ def kernel_threads(b: int, m: int, n: int, kk: int, p: KernelParams | None,
 
 
 def kernel_compute_s(b: int, m: int, n: int, kk: int, p: KernelParams | None, item: int,
-                     c_bytes: float, dev: DeviceSpec) -> float:
-    """The kernel's arithmetic time: its flops at the kernel's rate, less the share of partial
-    register tiles and idle cores, times the calibrated factors of its parameters, plus its
-    barriers."""
-    flops = 2.0 * b * m * n * kk
+                     c_bytes: float, dev: DeviceSpec, share: float = 1.0) -> float:
+    """The kernel's arithmetic time: its flops (the ``share`` of its register tiles it
+    computes: a symmetric product's, search_spaces.symmetry) at the kernel's rate, less the
+    share of partial register tiles and idle cores, times the calibrated factors of its
+    parameters, plus its barriers."""
+    flops = 2.0 * b * m * n * kk * share
     mr, nr = (p.mr, p.nr) if p is not None else (1, 1)
     occ, barriers = kernel_threads(b, m, n, kk, p, dev, item)
     eff = tile_use(m, mr) * tile_use(n, nr) * min(1.0, kk / SMALL_GEMM) ** 0.5 * occ
@@ -195,13 +199,14 @@ MICRO_CALL_S = 50e-9
 
 
 def micro_calls_s(b: int, m: int, n: int, kk: int, p: KernelParams | None, item: int,
-                  dev: DeviceSpec) -> float:
-    """Time of the micro-kernel's calls beyond their flops, spread over the busy cores (no
-    factor of the parameters scales it: :mod:`costmodel.kernel_fit`)."""
+                  dev: DeviceSpec, share: float = 1.0) -> float:
+    """Time of the micro-kernel's calls beyond their flops (the ``share`` of the tiles it
+    computes), spread over the busy cores (no factor of the parameters scales it:
+    :mod:`costmodel.kernel_fit`)."""
     if p is None or dev.kind != "cpu":
         return 0.0
     occ, _ = kernel_threads(b, m, n, kk, p, dev, item)
-    calls = b * math.ceil(m / p.mr) * math.ceil(n / p.nr) * max(1, math.ceil(kk / p.kc))
+    calls = b * math.ceil(m / p.mr) * math.ceil(n / p.nr) * max(1, math.ceil(kk / p.kc)) * share
     return calls * MICRO_CALL_S / max(occ * max(dev.parallel_units, 1), 1.0)
 
 
@@ -230,13 +235,14 @@ def packed_a_s(b: int, m: int, kk: int, n: int, nc: int, packed: bool, dev: Devi
 
 
 def unscaled_s(b: int, m: int, n: int, kk: int, p: KernelParams | None, packed_a: bool,
-               item: int, dev: DeviceSpec) -> float:
+               item: int, dev: DeviceSpec, share: float = 1.0) -> float:
     """The kernel's time that no factor of its parameters scales beyond its traffic and launch:
     A's packing (where ``packed_a``) and the micro-kernel's calls.  One sum for the plan's
     groups (:func:`kernel_group`) and the calibration's plain kernel
     (:func:`plain_kernel_parts`), so the two cannot drift apart."""
     nc = p.nc if p is not None else max(n, 1)
-    return packed_a_s(b, m, kk, n, nc, packed_a, dev) + micro_calls_s(b, m, n, kk, p, item, dev)
+    return packed_a_s(b, m, kk, n, nc, packed_a, dev) \
+        + micro_calls_s(b, m, n, kk, p, item, dev, share)
 
 
 def plain_kernel_parts(b: int, m: int, n: int, kk: int, p: KernelParams, item: int,
@@ -334,10 +340,16 @@ def kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev: Dev
     unique = sum(nbytes for _, nbytes, *_ in rows)
     # a copy reads and writes each byte with one side strided
     copy_bytes = sum(2 * copied * copy_waste(run, dev) for *_, copied, run in rows)
-    compute = kernel_compute_s(b_, m, n, kk, k, item, c_bytes, dev)
+    # a symmetric product computes the tiles on and above the diagonal, then copies the upper
+    # triangle onto the lower one: half its C read (transposed) and written once more
+    sym = k is not None and symmetric_kernel(w, parts)
+    share = computed_share(m, k.mr, k.nr) if sym else 1.0
+    if sym:
+        bytes_ += b_ * m * n * item
+    compute = kernel_compute_s(b_, m, n, kk, k, item, c_bytes, dev, share)
     # A is packed where the parameters say so (a pair's rows: pair_params) and under a prologue
     compute += unscaled_s(b_, m, n, kk, k, k is None or k.pack_a or parts.prologue_a is not None,
-                          item, dev)
+                          item, dev, share)
     # the fused ops' arithmetic: an epilogue once per element of C at the loop rate (applied
     # to the register tile's vectors), a prologue once per element of its operand and packing
     # pass, at the rate prologue_rate gives
@@ -347,7 +359,7 @@ def kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev: Dev
         f, t = x.flops_per_iteration()
         fused_flops += float(f * x.out_size)
         trans += float(t * x.out_size)
-        compute += x.out_size * (f + transcendental_weight(x.expr, dev)) / dev.loop_flops
+        compute += x.out_size * share * (f + transcendental_weight(x.expr, dev)) / dev.loop_flops
     for pro in (parts.prologue_a, parts.prologue_b):
         if pro:
             x = w.op(pro.producer)

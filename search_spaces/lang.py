@@ -122,6 +122,11 @@ class _Parser:
         self.i += 1
         self.expect("[")
         idx, cols = [], []
+        if self.cur.text == "]":
+            # a scalar (a loss summed to one number) has no index: say so, and what works
+            raise self.err(f"{name.text}[] has no index: tensors of no dimension are not "
+                           f"supported; give it one index of an input dim of extent 1 (in "
+                           f"[dims]), e.g. {name.text}[o] with o indexing such an input")
         while True:
             if self.cur.kind != "name":
                 raise self.err(f"expected an index name, found {self.describe(self.cur)}")

@@ -18,6 +18,7 @@ from search_spaces.footprint import strides
 from search_spaces.gemm import gemm_form, group_size
 from search_spaces.kernel import default_params, legalize, pair_params
 from search_spaces.workload import Workload
+from search_spaces.symmetry import symmetric_kernel
 
 from autotune.backends.cpu.gemm_driver import ENTRY
 from autotune.backends.cpu.gemm_kernel import STORE_COLS, STORE_ROWS, KernelSpec, pair_half
@@ -195,7 +196,8 @@ def kernel_spec(w: Workload, cand: Candidate, anchor: str) -> KernelSpec:
         # axis, rows in ``rows`` store are m
         along = "n" if parts.epilogue.shared == "a" else "m"
         pair = "rows" if (along == "m") == (store == STORE_ROWS) else "cols"
-    return KernelSpec(params, w.dtype, store, **hooks, pair=pair)
+    return KernelSpec(params, w.dtype, store, **hooks, pair=pair,
+                      sym=symmetric_kernel(w, parts))
 
 
 def result_of(w: Workload, p: str, epi: Epilogue | None) -> tuple[str, tuple[str, ...]]:

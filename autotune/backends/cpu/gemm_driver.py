@@ -54,10 +54,11 @@ def _item(s: KernelSpec, shared: bool) -> str:
               "                 pc, jc + jr, x);")
     loop = f"""for (long ib = 0; ib < nbk; ib++)
         for (long jq = 0; jq < nc; jq += cw) {{
-          long ic = ib / qs * span + ib % qs * mcx, end = ib / qs * span + span;
-          if (end > M) end = M;
+          long ic = at_span(ib / qs, nsp, span, M) + ib % qs * mcx,
+               end = at_span(ib / qs + 1, nsp, span, M);
           if (ic >= end) continue;
           long mc = end - ic < mcx ? end - ic : mcx, nw = nc - jq < cw ? nc - jq : cw;
+          if (AT_SYM && jc + jq + nw <= ic) continue;   /* the block wholly below the diagonal */
           const T *Ab = RA + ic * ra_r + pc * ra_k;
           {pack_a}
           macro(mc, nw, kc, pa ? ab : Ab, ra_r, ra_k, pa, pb ? bb + jq * kc : Bb + jq * rb_c,
@@ -73,7 +74,7 @@ static void {name}(const T *RA, long ra_r, long ra_k, const T *RB, long rb_k, lo
                    int wr, T alpha, T *ab, T *bb0, T *ea, T *eb, const X *x, long nq,
                    const T *R2, long q_a, long q_k, int all, long ncx) {{
   (void)R2; (void)q_a; (void)q_k;
-  long nk = K > 0 ? (K + KC - 1) / KC : 1, nbk = (M + span - 1) / span * qs;
+  long nk = K > 0 ? (K + KC - 1) / KC : 1, nsp = (M + span - 1) / span, nbk = nsp * qs;
   for (long jc = 0; jc < N; jc += NC) {{
     long nc = N - jc < NC ? N - jc : NC;
     long cw = nq > 1 ? ((nc + nq - 1) / nq + NR - 1) / NR * NR : nc;
@@ -208,6 +209,7 @@ void {ENTRY}(const T *A, const T *B, T *C, const long *d, double alpha_,
                   R2 ? R2 + b * r2_b : R2, q_a, q_k, 0, ncx);
     }}
     SFENCE();
+    at_mirror(C, nb, rc_b, rc_r, rc_c, M, par);
     return;
   }}
   /* each thread one span of whole MR-tall panels (the last span shorter), cut into blocks of
@@ -217,6 +219,15 @@ void {ENTRY}(const T *A, const T *B, T *C, const long *d, double alpha_,
   long span = (M + nt * MR - 1) / (nt * MR) * MR, nspan = (M + span - 1) / span;
   long qs = (span + MC - 1) / MC;
   long mcx = ((span + qs - 1) / qs + MR - 1) / MR * MR;
+  if (AT_SYM) {{      /* spans of equal work (at_span): blocks for the widest of them */
+    long widest = 1;
+    for (long t = 0; t < nspan; t++) {{
+      long wt = at_span(t + 1, nspan, span, M) - at_span(t, nspan, span, M);
+      widest = wt > widest ? wt : widest;
+    }}
+    qs = (widest + MC - 1) / MC;
+    mcx = ((widest + qs - 1) / qs + MR - 1) / MR * MR;
+  }}
   /* spans too few to go round (a few tokens through a weight: M = 4 on two threads left one
      idle) also cut each block's columns, in whole micro-panels, into as many chunks */
   long nq = nspan < nt ? (nt + nspan - 1) / nspan : 1;
@@ -237,6 +248,7 @@ void {ENTRY}(const T *A, const T *B, T *C, const long *d, double alpha_,
     }}
     SFENCE();
   }}
+  at_mirror(C, nb, rc_b, rc_r, rc_c, M, par);
 }}
 """
 
@@ -260,6 +272,7 @@ def kernel_source(s: KernelSpec) -> str:
 #endif
 #define AT_BARRIER_SPIN_US {BARRIER_SPIN_US}
 #define AT_PACK_ALL_BYTES {float(PACK_ALL_BYTES)}
+#define AT_SYM {int(s.sym)}
 typedef {ct} T;
 typedef T V __attribute__((vector_size({p.vec_bytes})));
 typedef T VU __attribute__((vector_size({p.vec_bytes}), aligned(sizeof(T))));
@@ -332,6 +345,31 @@ static long g_pair_out;   /* a pair's C extent along the paired axis (gemm_kerne
 #define MC {p.mc}L
 #define KC {p.kc}L
 #define NC {p.nc}L
+/* the first row of span t of nsp: spans of `span` rows, or, for a symmetric product (AT_SYM:
+   a row panel computes the columns from the diagonal on), spans of equal work: the rows
+   before M (1 - sqrt(1 - t / nsp)) hold t / nsp of the upper triangle */
+static inline long at_span(long t, long nsp, long span, long M) {{
+  long r = t * span;
+  if (AT_SYM && nsp > 1)
+    r = t >= nsp ? M : (long)(M * (1.0 - sqrt(1.0 - (double)t / nsp))) / MR * MR;
+  return r < M ? r : M;
+}}
+/* a symmetric product's lower triangle, copied from the upper one in blocks of 32 x 32 */
+static void at_mirror(T *C, long nb, long rc_b, long rc_r, long rc_c, long M, int par) {{
+  if (!AT_SYM) return;
+  long nblk = (M + 31) / 32;
+  #pragma omp parallel for schedule(dynamic, 1) collapse(2) if(par)
+  for (long b = 0; b < nb; b++)
+    for (long i0 = 0; i0 < nblk * 32; i0 += 32) {{
+      T *Cb = C + b * rc_b;
+      long ie = i0 + 32 < M ? i0 + 32 : M;
+      for (long j0 = 0; j0 <= i0; j0 += 32)
+        for (long i = i0; i < ie; i++) {{
+          long je = j0 + 32 < i ? j0 + 32 : i;
+          for (long j = j0; j < je; j++) Cb[i * rc_r + j * rc_c] = Cb[j * rc_r + i * rc_c];
+        }}
+    }}
+}}
 """
     if not (s.prologue_a.identity and s.prologue_b.identity and s.epilogue.identity):
         head = PRELUDE + head     # glibc's vector exp/log, for sigmoid gates in the transforms

@@ -73,6 +73,7 @@ class KernelSpec:
     prologue_b: Transform = IDENTITY      # over {x}, {k}, {n}
     epilogue: Transform = IDENTITY        # over {x}, {m}, {n} (and {y}: a pair's second)
     pair: str = ""                        # "", or the kernel axis a pair halves: rows, cols
+    sym: bool = False                     # one triangle computed, copied onto the other
 
     @property
     def args(self) -> tuple[str, ...]:
@@ -357,6 +358,7 @@ static void macro(long mc, long nc, long kc, const T *Ab, long a_rs, long a_cs, 
   if (!pb && nfull < nc) pack_b(kc, nc - nfull, Bb + nfull, b_rk, 1, eb, k0, col0 + nfull, x);
   {outer}
   {inner}
+      if (AT_SYM && row0 + ir >= col0 + jr + n) continue;   /* wholly below the diagonal */
       T *c = C + {row_at} * c_rs + {col_at} * c_cs;
       if (pa) ukr_p(kc, Ab + ir * kc, 1, MR, bp, brs, c, c_rs, c_cs, m, n, first, last, alpha,
                     row0 + ir, col0 + jr, x);

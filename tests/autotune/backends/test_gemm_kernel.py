@@ -331,3 +331,43 @@ def test_kernel_spec_legalizes_a_candidates_blocks(small):
             s["kernel"].update(mr=14, nr=32, mc=48, nc=100)
     p = kernel_spec(w, Candidate.from_dict(d), anchor).params
     assert p.mc % p.mr == 0 and p.nc % p.nr == 0 and p.mc <= 48
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("change", [{}, {"outer": OUTER_A}, {"split": SPLIT_BATCH},
+                                    {"pack_b": False}, {"kc": 64}])
+@pytest.mark.parametrize("shape", [(1, 37, 29), (3, 25, 70), (1, 130, 200), (2, 7, 33)])
+@pytest.mark.parametrize("store", [STORE_ROWS, STORE_COLS])
+def test_a_symmetric_product_computes_one_triangle_and_copies_it(kdir, dtype, change, shape,
+                                                                 store):
+    # x^T x: the kernel computes the tiles on and above the diagonal, then copies the upper
+    # triangle onto the lower one; a NaN-filled C shows any element left unwritten, and the
+    # result is symmetric to the bit (the same products summed in the same order)
+    nb, m, k = shape
+    rng = np.random.default_rng(m + k)
+    x = rng.standard_normal((nb, k, m)).astype(dtype)
+    a = x.transpose(0, 2, 1)
+    c = np.full((nb, m, m), np.nan, dtype)
+    if store == STORE_COLS:
+        c = np.full((nb, m, m), np.nan, dtype).transpose(0, 2, 1)
+    spec = KernelSpec(_small(dtype, **change), dtype, store_for(c), sym=True)
+    load_gemm_kernel(spec, kdir)(a, x, c)
+    _check(c, a, x)
+    assert np.array_equal(c, c.transpose(0, 2, 1))
+
+
+def test_a_symmetric_kernel_leaves_the_lower_triangle_to_the_copy(kdir):
+    # two different operands under sym=True: the lower triangle is the upper one's mirror,
+    # not the product (what shows that the tiles below the diagonal are skipped, and that the
+    # threads' spans of equal work cover every row)
+    rng = np.random.default_rng(5)
+    m, k = 150, 40
+    a = rng.standard_normal((1, m, k)).astype("float64")
+    b = rng.standard_normal((1, k, m)).astype("float64")
+    c = np.full((1, m, m), np.nan)
+    load_gemm_kernel(KernelSpec(_small("float64"), "float64", STORE_ROWS, sym=True), kdir)(a, b, c)
+    full = (a @ b)[0]
+    upper = np.triu_indices(m)
+    np.testing.assert_allclose(c[0][upper], full[upper], rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(c[0], np.triu(c[0]) + np.triu(c[0], 1).T)
+    assert not np.allclose(c[0], full)
