@@ -11,7 +11,7 @@ from search_spaces.loader import parse_workload
 from search_spaces.symmetry import (SYM_MIN_K, computed_share, symmetric_kernel,
                                     symmetric_pair)
 
-DIMS = {"K": 64, "P": 32, "B": 4, "T": 4}
+DIMS = {"K": 128, "P": 32, "B": 4, "T": 4}
 INPUTS = {"x": ["K", "P"], "y": ["K", "P"], "w": ["K"], "z": ["B", "K", "P"], "s": ["P", "K"],
           "b": ["P"], "t": ["T", "P"]}
 
@@ -84,7 +84,7 @@ def test_the_model_prices_the_tiles_a_symmetric_product_computes():
         sym = _w("g[p,q] += x[k,p] * x[k,q]", ["g"])
         two = _w("g[p,q] += x[k,p] * y[k,q]", ["g"])
     finally:
-        DIMS.update(K=64, P=32)
+        DIMS.update(K=128, P=32)
     dev = costmodel.preset("cpu")
     t_sym = costmodel.estimate(sym, _kernel_plan("g", 1024), dev).total_s
     t_two = costmodel.estimate(two, _kernel_plan("g", 1024), dev).total_s

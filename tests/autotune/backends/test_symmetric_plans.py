@@ -23,7 +23,7 @@ sim[i,j] = g[i,j] * rsqrt(n[i] + 1e-6) * rsqrt(n[j] + 1e-6)
 \"\"\"
 [dims]
 I = 70
-D = 48
+D = 130
 [inputs]
 x = ["I", "D"]
 """
@@ -35,7 +35,7 @@ outputs = ["g"]
 program = "g[b,p,q] += z[b,k,p] * z[b,k,q] / K"
 [dims]
 B = 3
-K = 40
+K = 130
 P = 37
 [inputs]
 z = ["B", "K", "P"]
