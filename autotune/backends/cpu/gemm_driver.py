@@ -359,13 +359,6 @@ static inline long at_span(long t, long nsp, long span, long M) {{
    (A second pass copying the triangle cost 0.2-0.6 ms at 1000 x 1000, what the skipped half of
    a K = 96 product saves.) */
 static long g_sym_n;
-/* ... and their lines asked for (to write) before the tile's K loop, which hides fetching
-   them */
-static inline void at_sym_prefetch(T *c, long c_rs, long c_cs, long n, long row0, long col0) {{
-  T *base = c - row0 * c_rs - col0 * c_cs;
-  for (long j = 0; j < n; j++)
-    if (row0 < col0 + j) __builtin_prefetch(base + (col0 + j) * c_rs + row0 * c_cs, 1, 3);
-}}
 static inline void at_sym_store(T *c, long c_rs, long c_cs, long m, long n, long row0,
                                 long col0) {{
   T *base = c - row0 * c_rs - col0 * c_cs;
@@ -406,7 +399,6 @@ def _sym_stored(s: KernelSpec, src: str, name: str) -> str:
 static inline void {name}(long kc, const T *restrict a, long a_rs, long a_cs,
     const T *restrict b, long b_rs, T *restrict c, long c_rs, long c_cs,
     long m, long n, int first, int last, T alpha, long row0, long col0, const X *x) {{
-  if (last) at_sym_prefetch(c, c_rs, c_cs, n, row0, col0);
   {name}_tile({args});
   if (last) at_sym_store(c, c_rs, c_cs, m, n, row0, col0);
 }}"""
