@@ -220,11 +220,9 @@ void {ENTRY}(const T *A, const T *B, T *C, const long *d, double alpha_,
   long qs = (span + MC - 1) / MC;
   long mcx = ((span + qs - 1) / qs + MR - 1) / MR * MR;
   if (AT_SYM) {{      /* spans of equal work (at_span): blocks for the widest of them */
-    long widest = 1;
-    for (long t = 0; t < nspan; t++) {{
-      long wt = at_span(t + 1, nspan, span, M) - at_span(t, nspan, span, M);
-      widest = wt > widest ? wt : widest;
-    }}
+    long widest = 1, wt;
+    for (long t = 0; t < nspan; t++)
+      if ((wt = at_span(t + 1, nspan, span, M) - at_span(t, nspan, span, M)) > widest) widest = wt;
     qs = (widest + MC - 1) / MC;
     mcx = ((widest + qs - 1) / qs + MR - 1) / MR * MR;
   }}
@@ -353,11 +351,9 @@ static inline long at_span(long t, long nsp, long span, long M) {{
     r = t >= nsp ? M : (long)(M * (1.0 - sqrt(1.0 - (double)t / nsp))) / MR * MR;
   return r < M ? r : M;
 }}
-/* a symmetric product (AT_SYM): a tile's final elements above the diagonal also stored at their
-   mirror images that lie in tiles the kernel skips (wholly below the diagonal: no thread
-   computes or writes those otherwise), while the tile is in L1; g_sym_n: the extent M = N.
-   (A second pass copying the triangle cost 0.2-0.6 ms at 1000 x 1000, what the skipped half of
-   a K = 96 product saves.) */
+/* a symmetric product (AT_SYM): a tile's final elements above the diagonal also stored, from
+   L1, at their mirror images in skipped tiles (no thread writes those otherwise; a second
+   pass over C cost what a K = 96 product's skipped half saves); g_sym_n: M = N */
 static long g_sym_n;
 static inline void at_sym_store(T *c, long c_rs, long c_cs, long m, long n, long row0,
                                 long col0) {{
