@@ -15,7 +15,7 @@ routine interleaves them into its micro-panels) and stores only the epilogue's r
 packed B costs one more pass over it (:func:`packed_b_bytes`), a packed A its packing time
 (:func:`packed_a_s`); no configuration runs under the time of moving its operands once
 (:func:`~costmodel.kernel_traffic.traffic_floor_s`).  A symmetric product computes the tiles
-on and above its diagonal and copies them (search_spaces.symmetry).  docs/costmodel.md gives
+on and above its diagonal and stores their mirror images (search_spaces.symmetry).  docs/costmodel.md gives
 the reasons.
 """
 from __future__ import annotations
@@ -340,8 +340,8 @@ def kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev: Dev
     unique = sum(nbytes for _, nbytes, *_ in rows)
     # a copy reads and writes each byte with one side strided
     copy_bytes = sum(2 * copied * copy_waste(run, dev) for *_, copied, run in rows)
-    # a symmetric product computes the tiles on and above the diagonal, then copies the upper
-    # triangle onto the lower one: half its C read (transposed) and written once more
+    # a symmetric product computes the tiles not wholly below the diagonal, each storing its
+    # elements' mirror images in the skipped ones: those lines fetched and written once more
     sym = k is not None and symmetric_kernel(w, parts)
     share = computed_share(m, k.mr, k.nr) if sym else 1.0
     if sym:

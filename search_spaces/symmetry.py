@@ -3,8 +3,8 @@ whose result is the same with its two free indices swapped (a Gram matrix, a cov
 normal equations' J^T J), so half of it is arithmetic done twice.
 
 The generated kernel computes such a product's register tiles on and above the diagonal only,
-then copies the upper triangle onto the lower one (autotune.backends.cpu.gemm_driver); the
-cost model prices the tiles it computes and that copy (costmodel.kernel_cost).  One rule for
+each storing its elements' mirror images below (autotune.backends.cpu.gemm_driver); the cost
+model prices the tiles it computes and those stores (costmodel.kernel_cost).  One rule for
 both, here, so that what runs and what is predicted agree.
 
 Legality comes from the op alone: both factors read one tensor, through accesses that differ
@@ -15,7 +15,7 @@ other, and their product commutes exactly, so the two triangles are equal to the
 same products summed in the same order).  An epilogue keeps it where its expression is the same
 with the two indices swapped (the product read at either order, the other tensors' reads
 exchanged, sums and products in any order: a cosine similarity's ``g[i,j] * r[i] * r[j]``),
-and the kernel then copies the epilogue's result; a prologue may break it, and a pair computes
+and the mirror images are the epilogue's results; a prologue may break it, and a pair computes
 two products in one tile.
 """
 from __future__ import annotations

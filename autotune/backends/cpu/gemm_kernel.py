@@ -73,7 +73,7 @@ class KernelSpec:
     prologue_b: Transform = IDENTITY      # over {x}, {k}, {n}
     epilogue: Transform = IDENTITY        # over {x}, {m}, {n} (and {y}: a pair's second)
     pair: str = ""                        # "", or the kernel axis a pair halves: rows, cols
-    sym: bool = False                     # one triangle computed, copied onto the other
+    sym: bool = False                     # one triangle computed, stored at both places
 
     @property
     def args(self) -> tuple[str, ...]:
