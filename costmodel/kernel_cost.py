@@ -137,10 +137,10 @@ def kernel_threads(b: int, m: int, n: int, kk: int, p: KernelParams | None,
     """(share of the cores kept busy, barriers between them) for a ``b`` x (m x n x kk) product.
     Split "batch" (with more than one item) gives each thread whole items, no barrier; split
     "m" shares each item's row blocks between all threads (and, where they are fewer than the
-    threads, column chunks of each), with a barrier after each NC x KC block's B packing and
-    after its blocks of C where B is packed (after a column block's packing and after its C
-    where all its K slices fit in PACK_ALL_BYTES), none where it is read in place
-    (gemm_driver.item_shared).  A product too small to share runs on one thread
+    threads, column chunks of each), with a barrier after each NC x KC block of C where B is
+    packed (its panels packed on demand, no barrier before the compute: gemm_sync.lazy_source;
+    one after a column block where all its K slices fit in PACK_ALL_BYTES), none where it is
+    read in place (gemm_driver.item_shared).  A product too small to share runs on one thread
     (search_spaces.serial)."""
     cores = max(dev.parallel_units, 1)
     if p is None:
@@ -163,7 +163,7 @@ def kernel_threads(b: int, m: int, n: int, kk: int, p: KernelParams | None,
         slices = 1          # every K slice of a column block packed at once
     blocks = math.ceil(n / p.nc) * slices
     # B read in place shares nothing between the threads: they run on without barriers
-    return busy / cores, (b * blocks * 2 if p.pack_b else 0)
+    return busy / cores, (b * blocks if p.pack_b else 0)
 
 
 def kernel_compute_s(b: int, m: int, n: int, kk: int, p: KernelParams | None, item: int,

@@ -8,6 +8,7 @@ from search_spaces.kernel import PACK_ALL_BYTES, SPLIT_BATCH
 from search_spaces.serial import c_condition
 
 from autotune.backends.cpu.prelude import PRELUDE
+from autotune.backends.cpu.gemm_sync import BARRIER, BARRIER_SPIN_US, lazy_source
 from autotune.backends.cpu.gemm_kernel import (STORE_COLS, STORE_ROWS, KernelSpec, half_at,
                                                macro_source, may_skip_a, may_skip_b,
                                                micro_kernel, packers, pair_packer)
@@ -15,44 +16,38 @@ from autotune.backends.loops import SCALAR_TYPES
 
 ENTRY = "gemm_kernel"
 
-# How long a thread waits at the kernel's barrier spinning before it sleeps (microseconds).
-# Why not OpenMP's barrier: it sleeps after GOMP_SPINCOUNT spins (autotune.threads keeps that
-# short, about 11 us on the 2-core Xeon, so that an idle runtime frees its core for the other),
-# and a thread a little late costs the sleeper a futex wake-up of tens of microseconds, per
-# barrier.  Measured there (one process, 7 interleaved rounds, scratch A/B of the same kernels
-# with either barrier, 6 x 64 tiles): 256 x 512 x 512 192 -> 208 GFLOP/s, 256 x 128 x 4096
-# 191 -> 199, bilinear's best plan 1.734 -> 1.633 ms; with one or two other processes keeping
-# the cores busy the two barriers ran alike once a block's K slices were packed at once
-# (before that, 64 barriers a call made the spinning one 1.6x slower there).
-BARRIER_SPIN_US = 50.0
+
+
+def _pack_b(s: KernelSpec) -> str:
+    """The C statement that packs B's micro-panel at ``jr`` of a slice (a pair's paired operand
+    from its two sources, R2 the second: strides q_a along the paired axis, q_k along K)."""
+    return ("pack_pair(kc, RB + pc * rb_k, rb_c, rb_k, R2 + pc * q_k, q_a, q_k, bb + jr * kc, "
+            "jc + jr);" if s.pair == "cols" else
+            "pack_b(kc, nc - jr < NR ? nc - jr : NR, Bb + jr * rb_c, rb_k, rb_c, bb + jr * kc,\n"
+            "                 pc, jc + jr, x);")
 
 
 def _item(s: KernelSpec, shared: bool) -> str:
     """All blocks of one batch item.  ``shared``: called by every thread of a parallel region,
-    which split B's packing and the blocks of C between them, the kernel's own barrier
-    (``at_barrier``) keeping the shared B block intact until every thread is done with it.
-    Where the whole K of a column block fits in :data:`PACK_ALL_BYTES` (``all``), every K slice
-    of it is packed first and the slices then run without a barrier between them (a static
-    schedule gives each thread the same blocks of C in every slice): two barriers a column
-    block instead of two a slice.  The blocks of C: the rows in spans of ``span`` (one a
-    thread), each cut into ``qs`` blocks of at most ``mcx`` rows, and each block into ``nq``
-    column chunks (whole micro-panels): more than one where the spans alone leave threads idle
-    (see :func:`_entry`)."""
-    omp = "#pragma omp for schedule(static) nowait" if shared else ""
+    which share one packed B block, each micro-panel packed by the first thread to need it
+    (``at_need``, :func:`~autotune.backends.cpu.gemm_sync.lazy_source`), and split the blocks
+    of C; the kernel's own barrier (``at_barrier``) keeps the block intact until every thread is
+    done with it.  Where the whole K of a column block fits in :data:`PACK_ALL_BYTES` (``all``),
+    every K slice has a buffer of its own and the slices run without a barrier between them (a
+    static schedule gives each thread the same blocks of C in every slice): one barrier a
+    column block instead of one a slice.  Serial (``split = "batch"``): each thread packs its
+    own B slice by slice.  The blocks of C: the rows in spans of ``span`` (one a thread), each
+    cut into ``qs`` blocks of at most ``mcx`` rows, and each block into ``nq`` column chunks
+    (whole micro-panels): more than one where the spans alone leave threads idle (see
+    :func:`_entry`)."""
     blocks = "#pragma omp for schedule(static) collapse(2) nowait" if shared else ""
-    sync = "at_barrier();" if shared else ""
     name = "item_shared" if shared else "item_serial"
     c_at = f"RC + {half_at(s, 'rows', 'ic')} * rc_r + {half_at(s, 'cols', '(jc + jq)')} * rc_c"
-    # a pair's paired operand is packed from its two sources (R2: the second, strides q_a
-    # along the paired axis and q_k along K), panel by panel
     pack_a = ("if (pa) for (long q = 0; q < mc; q += MR) pack_pair(kc, RA + pc * ra_k, ra_r, "
               "ra_k, R2 + pc * q_k, q_a, q_k, ab + q * kc, ic + q);" if s.pair == "rows"
               else "if (pa) pack_a(mc, kc, Ab, ra_r, ra_k, ab, ic, pc, x);")
-    pack_b = ("pack_pair(kc, RB + pc * rb_k, rb_c, rb_k, R2 + pc * q_k, q_a, q_k, bb + jr * kc, "
-              "jc + jr);" if s.pair == "cols" else
-              "pack_b(kc, nc - jr < NR ? nc - jr : NR, Bb + jr * rb_c, rb_k, rb_c, bb + jr * kc,\n"
-              "                 pc, jc + jr, x);")
-    loop = f"""for (long ib = 0; ib < nbk; ib++)
+    loop = f"""{blocks}
+      for (long ib = 0; ib < nbk; ib++)
         for (long jq = 0; jq < nc; jq += cw) {{
           long ic = at_span(ib / qs, nsp, span, M) + ib % qs * mcx,
                end = at_span(ib / qs + 1, nsp, span, M);
@@ -63,53 +58,38 @@ def _item(s: KernelSpec, shared: bool) -> str:
           {pack_a}
           macro(mc, nw, kc, pa ? ab : Ab, ra_r, ra_k, pa, pb ? bb + jq * kc : Bb + jq * rb_c,
                 rb_k, pb, {c_at}, rc_r, rc_c, kb == 0 ? wr : 0, kb == nk - 1, alpha, ic,
-                jc + jq, pc, ea, eb, x);
+                jc + jq, pc, ea, eb, x, {"lbp" if shared else "0"});
         }}"""
-    # B read in place (no shared block): a static schedule gives each thread the same blocks
-    # of C in every K slice, so the threads run on without a barrier between the slices
+    if shared:      # B's panels packed on demand; B read in place needs no barrier at all
+        slice_ = f"""LB lb = {{g_lb_state + (all ? kb * (ncx / NR) : 0), ep + jc / NC * nk + kb, RB,
+               Bb, R2, bb, kc, nc, pc, jc, rb_k, rb_c, q_a, q_k, x}};
+      const LB *lbp = pb ? &lb : 0;
+      {loop}
+      if (pb && !all) at_barrier();"""
+        after = "if (pb && all) at_barrier();"
+    else:
+        slice_ = f"""if (pb) for (long jr = 0; jr < nc; jr += NR)
+        {_pack_b(s)}
+      {loop}"""
+        after = ""
     return f"""
 static void {name}(const T *RA, long ra_r, long ra_k, const T *RB, long rb_k, long rb_c, T *RC,
                    long rc_r, long rc_c, long M, long N, long K, long span, long qs,
                    long mcx, int pa, int pb,
                    int wr, T alpha, T *ab, T *bb0, T *ea, T *eb, const X *x, long nq,
-                   const T *R2, long q_a, long q_k, int all, long ncx) {{
-  (void)R2; (void)q_a; (void)q_k;
+                   const T *R2, long q_a, long q_k, int all, long ncx, long ep) {{
+  (void)R2; (void)q_a; (void)q_k; (void)all; (void)ep;
   long nk = K > 0 ? (K + KC - 1) / KC : 1, nsp = (M + span - 1) / span, nbk = nsp * qs;
   for (long jc = 0; jc < N; jc += NC) {{
     long nc = N - jc < NC ? N - jc : NC;
     long cw = nq > 1 ? ((nc + nq - 1) / nq + NR - 1) / NR * NR : nc;
-    if (pb && all) {{
-      {blocks}
-      for (long kb = 0; kb < nk; kb++)
-        for (long jr = 0; jr < nc; jr += NR) {{
-          long pc = kb * KC, kc = K - pc < KC ? K - pc : KC;
-          const T *Bb = RB + pc * rb_k + jc * rb_c;
-          T *bb = bb0 + pc * ncx;
-          (void)Bb;
-          {pack_b}
-        }}
-      {sync}
-    }}
     for (long kb = 0; kb < nk; kb++) {{
       long pc = kb * KC, kc = K - pc < KC ? K - pc : KC;
       const T *Bb = RB + pc * rb_k + jc * rb_c;
       T *bb = all ? bb0 + pc * ncx : bb0;
-      if (pb && !all) {{
-        {omp}
-        for (long jr = 0; jr < nc; jr += NR)
-          {pack_b}
-        {sync}
-        {blocks}
-        {loop}
-        {sync}
-      }} else {{             /* B packed already, or read in place */
-        {blocks}
-        {loop}
-      }}
+      {slice_}
     }}
-    if (pb && all) {{
-      {sync}
-    }}
+    {after}
   }}
 }}
 """
@@ -207,7 +187,7 @@ void {ENTRY}(const T *A, const T *B, T *C, const long *d, double alpha_,
       X xb = at_batch(x, b);
       item_serial(RA + b * ra_b, ra_r, ra_k, RB + b * rb_b, rb_k, rb_c, C + b * rc_b, rc_r, rc_c,
                   M, N, K, M, (M + MC - 1) / MC, MC, pa, pb, wr, alpha, ab, bb, ea, eb, &xb, 1,
-                  R2 ? R2 + b * r2_b : R2, q_a, q_k, 0, ncx);
+                  R2 ? R2 + b * r2_b : R2, q_a, q_k, 0, ncx, 0);
     }}
     SFENCE();
     return;
@@ -232,9 +212,14 @@ void {ENTRY}(const T *A, const T *B, T *C, const long *d, double alpha_,
   long nkb = K > KC ? (K + KC - 1) / KC : 1;
   int all = pb && nkb > 1 && (double)sizeof(T) * K * ncx <= AT_PACK_ALL_BYTES;
   T *bb = pb ? grow(&g_b, &g_bcap, (all ? K : kcx) * ncx) : 0;
+  /* the panels' states (gemm_sync.lazy_source): one epoch a K slice of a column block */
+  if (pb) at_lb_state(ncx / NR * (all ? nkb : 1));
+  long nsl = (N + NC - 1) / NC * nkb, ep = g_lb_epoch + 1;
+  g_lb_epoch += nb * nsl + 1;
   #pragma omp parallel if(par)
   {{
     t_team = omp_get_num_threads();
+    t_rank = omp_get_thread_num();
     t_sense = __atomic_load_n(&g_bar_sense, __ATOMIC_ACQUIRE);
     T *ab = pa ? grow(&t_a, &t_acap, mcx * kcx) : 0;
     T *ea = grow(&t_ea, &t_eacap, MR * kcx), *eb = grow(&t_eb, &t_ebcap, NR * kcx);
@@ -242,7 +227,7 @@ void {ENTRY}(const T *A, const T *B, T *C, const long *d, double alpha_,
       X xb = at_batch(x, b);
       item_shared(RA + b * ra_b, ra_r, ra_k, RB + b * rb_b, rb_k, rb_c, C + b * rc_b, rc_r, rc_c,
                   M, N, K, span, qs, mcx, pa, pb, wr, alpha, ab, bb, ea, eb, &xb, nq,
-                  R2 ? R2 + b * r2_b : R2, q_a, q_k, all, ncx);
+                  R2 ? R2 + b * r2_b : R2, q_a, q_k, all, ncx, ep + b * nsl);
     }}
     SFENCE();
   }}
@@ -289,53 +274,7 @@ static inline void stream16(T *p, V v) {{
 #define SFENCE() ((void)0)
 static inline void stream16(T *p, V v) {{ *(VU *)p = v; }}
 #endif
-/* the threads' own barrier inside the kernel (at_barrier): a count and a sense that flips
-   when the last thread arrives; a waiting thread spins up to t_spin_us, then sleeps on the
-   sense (Linux futex) until the last one wakes it */
-static int g_bar_count, g_bar_sense, g_bar_sleepers;
-static __thread int t_sense, t_team;
-static __thread double t_spin_us = AT_BARRIER_SPIN_US;
-static inline double at_now_us(void) {{
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
-}}
-static inline void at_barrier(void) {{
-  if (t_team <= 1) return;
-  int s = !t_sense;
-  t_sense = s;
-  if (__atomic_add_fetch(&g_bar_count, 1, __ATOMIC_SEQ_CST) == t_team) {{
-    __atomic_store_n(&g_bar_count, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&g_bar_sense, s, __ATOMIC_SEQ_CST);
-#ifdef __linux__
-    if (__atomic_load_n(&g_bar_sleepers, __ATOMIC_SEQ_CST))
-      syscall(SYS_futex, &g_bar_sense, FUTEX_WAKE_PRIVATE, 0x7fffffff, 0, 0, 0);
-#endif
-    return;
-  }}
-  double start = at_now_us(), until = start + t_spin_us;
-  for (unsigned i = 1;; i++) {{
-    if (__atomic_load_n(&g_bar_sense, __ATOMIC_ACQUIRE) == s) return;
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-    if (i % 64 == 0 && at_now_us() > until) break;
-  }}
-#ifdef __linux__
-  __atomic_add_fetch(&g_bar_sleepers, 1, __ATOMIC_SEQ_CST);
-  while (__atomic_load_n(&g_bar_sense, __ATOMIC_SEQ_CST) != s)
-    syscall(SYS_futex, &g_bar_sense, FUTEX_WAIT_PRIVATE, !s, 0, 0, 0);
-  __atomic_sub_fetch(&g_bar_sleepers, 1, __ATOMIC_SEQ_CST);
-#else
-  while (__atomic_load_n(&g_bar_sense, __ATOMIC_ACQUIRE) != s) sched_yield();
-#endif
-  /* a partner late by a little more than the spin: spin longer next time; late by far (it
-     lost its core to another process): spin less, so as not to hold this core from it */
-  double waited = at_now_us() - start;
-  t_spin_us = waited < 4 * AT_BARRIER_SPIN_US
-      ? (t_spin_us * 2 < AT_BARRIER_SPIN_US ? t_spin_us * 2 : AT_BARRIER_SPIN_US)
-      : (t_spin_us / 2 > 1.0 ? t_spin_us / 2 : 1.0);
-}}
+{BARRIER}
 static long g_pair_out;   /* a pair's C extent along the paired axis (gemm_kernel.py) */
 #define MR {p.mr}L
 #define NR {p.nr}L
@@ -380,7 +319,7 @@ static inline void at_sym_store(T *c, long c_rs, long c_cs, long m, long n, long
     parts = [head, _sym_stored(s, micro_kernel(s, "ukr_p", packed_a=True), "ukr_p")]
     if may_skip_a(s):
         parts.append(_sym_stored(s, micro_kernel(s, "ukr_u", packed_a=False), "ukr_u"))
-    parts += [packers(s), pair_packer(s), macro_source(s), _item(s, False), _item(s, True),
+    parts += [packers(s), pair_packer(s), lazy_source(_pack_b(s)), macro_source(s), _item(s, False), _item(s, True),
               _entry(s)]
     return "\n".join(parts) + "\n"
 
