@@ -17,7 +17,6 @@ from autotune.backends.loops import SCALAR_TYPES
 ENTRY = "gemm_kernel"
 
 
-
 def _pack_b(s: KernelSpec) -> str:
     """The C statement that packs B's micro-panel at ``jr`` of a slice (a pair's paired operand
     from its two sources, R2 the second: strides q_a along the paired axis, q_k along K)."""
@@ -319,8 +318,8 @@ static inline void at_sym_store(T *c, long c_rs, long c_cs, long m, long n, long
     parts = [head, _sym_stored(s, micro_kernel(s, "ukr_p", packed_a=True), "ukr_p")]
     if may_skip_a(s):
         parts.append(_sym_stored(s, micro_kernel(s, "ukr_u", packed_a=False), "ukr_u"))
-    parts += [packers(s), pair_packer(s), lazy_source(_pack_b(s)), macro_source(s), _item(s, False), _item(s, True),
-              _entry(s)]
+    parts += [packers(s), pair_packer(s), lazy_source(_pack_b(s)), macro_source(s),
+              _item(s, False), _item(s, True), _entry(s)]
     return "\n".join(parts) + "\n"
 
 
