@@ -23,8 +23,8 @@ from __future__ import annotations
 import math
 
 from search_spaces.candidate import IMPL_KERNEL
-from search_spaces.kernel_fusion import (Prologue, batch_split, group_strides, kernel_parts,
-                                         pair_operands)
+from search_spaces.kernel_fusion import (Prologue, batch_split, copy_strides, group_strides,
+                                         kernel_parts, pair_operands)
 from search_spaces.footprint import strides
 from search_spaces.gemm import as_matrix_view, gemm_form, group_size, operand_groups, staged_run
 from search_spaces.ir import accesses
@@ -68,7 +68,6 @@ def kernel_operands(w, fused, anchor: str, layout_of, item: int):
     form = gemm_form(op)
     ext = dict(zip(op.domain, op.extents))
     ga, gb, go = operand_groups(form)
-    size = lambda grp: math.prod(ext[i] for g in grp for i in g) * item
     rows = []
     for role, read, grp, pro in (("a", form.a, ga, parts.prologue_a),
                                  ("b", form.b, gb, parts.prologue_b)):
@@ -79,7 +78,7 @@ def kernel_operands(w, fused, anchor: str, layout_of, item: int):
         rows.append(_row(w, pro.main, tuple(to_p[i] for i in pro.main_idx), grp, role,
                          layout_of, item))
         rows += _others(w, pro.producer, lambda a, pro=pro: (a.tensor, a.idx) == (
-            pro.main, pro.main_idx), to_p, grp, ext, role, size(grp), layout_of, item)
+            pro.main, pro.main_idx), to_p, grp, ext, role, layout_of, item)
     if parts.epilogue is None:
         rows.append(_row(w, p, op.parallel, go, "c", layout_of, item))
     else:
@@ -89,7 +88,7 @@ def kernel_operands(w, fused, anchor: str, layout_of, item: int):
         rows.append(_row(w, epi.consumer, tuple(to_p[i] for i in c.parallel), go, "c",
                          layout_of, item))
         rows += _others(w, epi.consumer, lambda a: a.tensor in (p, parts.pair), to_p, go, ext,
-                        "e", size(go), layout_of, item)
+                        "e", layout_of, item)
     if parts.pair:
         # the second's non-shared operand, read with the first's (interleaved as packed)
         _, other, role = pair_operands(w, parts.epilogue)
@@ -105,10 +104,11 @@ def _row(w, tensor, idx, grp, role, layout_of, item):
     return tensor, nbytes, role, nbytes, staged_run(idx, w.shapes[tensor], perm, grp)
 
 
-def _others(w, fused_op, is_value, to_p, grp, ext, role, whole, layout_of, item):
+def _others(w, fused_op, is_value, to_p, grp, ext, role, layout_of, item):
     """Rows for the tensors a fused op reads besides its value: each once, or a broadcast
-    copy as large as the group (``whole`` bytes) where its layout does not nest the group,
-    nor its batch group split before its last index (the kernel's two-level batch stride)."""
+    copy over the groups it has indices in (``kernel_fusion.copy_strides``) where its layout
+    does not nest the group, nor its batch group split before its last index (the kernel's
+    two-level batch stride)."""
     out = []
     split = batch_split(grp)
     for t, idx in dict.fromkeys((a.tensor, a.idx) for a in accesses(w.op(fused_op).expr)
@@ -116,7 +116,9 @@ def _others(w, fused_op, is_value, to_p, grp, ext, role, whole, layout_of, item)
         sub = tuple(to_p[i] for i in idx)
         flat = group_strides(sub, w.shapes[t], layout_of(t), grp, ext) or (
             split is not None and group_strides(sub, w.shapes[t], layout_of(t), split, ext))
-        out.append((t, math.prod(w.shapes[t]) * item, role, 0.0 if flat else whole, 1))
+        copy = 0.0 if flat else item * math.prod(
+            ext[i] for g, st in zip(grp, copy_strides(sub, grp, ext)) if st for i in g)
+        out.append((t, math.prod(w.shapes[t]) * item, role, copy, 1))
     return out
 
 

@@ -38,6 +38,7 @@ asked for ``p``.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .footprint import strides
@@ -256,3 +257,20 @@ def group_strides(idx: tuple[str, ...], shape: tuple[int, ...], perm: tuple[int,
                 return None
         out.append(st.get(live[-1], 0) if live else 0)
     return tuple(out)
+
+
+def copy_strides(idx: tuple[str, ...], groups: tuple[tuple[str, ...], ...],
+                 ext: dict[str, int]) -> tuple[int, ...]:
+    """Element strides over ``groups`` (batch, rows, cols) of the copy the CPU executor makes
+    of an extra array no strided view expresses (read at ``idx``, contraction index names):
+    row-major over the groups in which it reads a live index, 0 (a broadcast) along the
+    others.  A tensor broadcast along whole groups is so copied over the rest only: contract4d's
+    scale s[f] beside its (a, b) x (e, f) product, E*F elements where a copy of the whole C
+    (737 K) priced its epilogue out of the search."""
+    live = [any(i in idx and ext[i] > 1 for i in g) for g in groups]
+    out, inner = [], 1
+    for g, lv in reversed(list(zip(groups, live))):
+        out.append(inner if lv else 0)
+        inner *= math.prod(ext[i] for i in g) if lv else 1
+    return tuple(reversed(out))
+

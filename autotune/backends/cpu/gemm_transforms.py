@@ -17,7 +17,7 @@ import numpy as np
 from search_spaces.gemm import gemm_form
 from search_spaces.ir import Access, Binary, Call, Const, Expr, Pow, Select, Unary
 from search_spaces.kernel_fusion import (Epilogue, KernelParts, Prologue, batch_split,
-                                         group_strides)
+                                         copy_strides, group_strides)
 from search_spaces.workload import Workload
 
 from autotune.backends.cpu.codegen import C_FUNCTIONS
@@ -34,8 +34,9 @@ class TransformOperand:
     """A tensor a transform reads besides its value: ``tensor`` at subscript ``idx`` (the
     fused op's index names), the kernel's extra array ``arg``; ``strides``: its element strides
     over the transform's (batch, rows, cols) as its layout gives them, written into the C as
-    constants (so that a unit or zero stride vectorises), or None where the executor copies it
-    into a broadcastable array first and the kernel reads the strides at run time."""
+    constants (so that a unit or zero stride vectorises): the layout's, or those of the copy
+    the executor makes first where the layout does not nest a group's indices; None where the
+    batch takes two strides (read at run time)."""
     arg: str
     tensor: str
     idx: tuple[str, ...]
@@ -136,7 +137,7 @@ def transform_code(w: Workload, site: FusionSite, is_value: Callable[[Access], b
             if is_second(e):
                 return _Y
             if (e.tensor, e.idx) not in operands:
-                st = group_strides(tuple(to_p[i] for i in e.idx), w.shapes[e.tensor],
+                st = extra_strides(w, e.tensor, tuple(to_p[i] for i in e.idx),
                                    layout_of(e.tensor), site.groups, ext)
                 operands[e.tensor, e.idx] = TransformOperand(
                     f"{site.prefix}{len(operands)}", e.tensor, e.idx, st)
@@ -192,6 +193,35 @@ def kernel_transforms(w: Workload, parts: KernelParts, layout_of, dialect: Diale
     return hooks, tuple(extras)
 
 
+def extra_strides(w: Workload, tensor: str, sub: tuple[str, ...], perm, groups,
+                  ext: dict[str, int]) -> tuple[int, ...] | None:
+    """A transform's extra array's strides over ``groups`` (:class:`TransformOperand`): its
+    own where they nest, None where the batch needs two strides (read at run time), else those
+    of the executor's copy (``kernel_fusion.copy_strides``)."""
+    st = group_strides(sub, w.shapes[tensor], perm, groups, ext)
+    if st is not None:
+        return st
+    split = batch_split(groups)
+    if split is not None and group_strides(sub, w.shapes[tensor], perm, split, ext):
+        return None
+    return copy_strides(sub, groups, ext)
+
+
+def _compact_copy(full: np.ndarray, o: TransformOperand, groups, shape3, stage, name: str
+                  ) -> np.ndarray:
+    """``full`` (one dim per index, in the groups' order) copied over the groups ``o.strides``
+    has live (:func:`kernel_fusion.copy_strides`), broadcast as ``shape3`` along the others."""
+    live = [s != 0 for s in o.strides] if o.strides is not None else [True] * len(groups)
+    dims = [lv for g, lv in zip(groups, live) for _ in g]
+    part = full[tuple(slice(None) if lv else 0 for lv in dims)]
+    compact = [n if lv else 1 for n, lv in zip(shape3, live)]
+    if stage is None:
+        copy = np.ascontiguousarray(part).reshape(compact)
+    else:
+        copy = stage.matrix(name, part, compact)
+    return np.broadcast_to(copy, shape3)
+
+
 def _split_batch(full: np.ndarray, groups, ext: dict[str, int]) -> np.ndarray | None:
     """``full`` (one dim per index, in the groups' order) over the groups split as
     ``kernel_fusion.batch_split`` says (outer batch, inner batch, rows, cols), where its rows
@@ -215,7 +245,8 @@ def transform_arrays(w: Workload, extras: tuple[tuple[FusionSite, TransformOpera
                      copied: list | None = None) -> tuple[np.ndarray, ...]:
     """Each extra array of ``env`` (tensor name -> logical array) as a 3-d array over its
     site's index groups: a strided view, broadcast where the tensor lacks an index, or a copy
-    where its storage nests a group's indices otherwise than row-major (into ``stage``'s kept
+    (over the groups it has indices in: :func:`_compact_copy`) where its storage nests a
+    group's indices otherwise than row-major (into ``stage``'s kept
     matrix, copied over the cores, where there is a stage: a fresh single-threaded copy of
     trimul's ga[i,k,c] stored channel-first, 252 MB, made its epilogue group 1.29 s where
     the model priced 0.28 s with the copy at the cores' transposing rate).  ``copied``: a
@@ -241,10 +272,7 @@ def transform_arrays(w: Workload, extras: tuple[tuple[FusionSite, TransformOpera
             if view is None:
                 if copied is not None:
                     copied.append(o.tensor)
-                if stage is None:
-                    view = np.ascontiguousarray(full).reshape(shape3)
-                else:
-                    view = stage.matrix(f"{tag}:x{n}", full, shape3)
+                view = _compact_copy(full, o, site.groups, shape3, stage, f"{tag}:x{n}")
         if o.strides is not None and view.ndim == 3 and any(
                 s1 > 1 and st != want * it for s1, st, want in
                 zip(shape3, view.strides, o.strides)):
