@@ -246,8 +246,8 @@ def group_strides(idx: tuple[str, ...], shape: tuple[int, ...], perm: tuple[int,
                   ) -> tuple[int, ...] | None:
     """Element strides of a tensor (subscript ``idx``, stored in ``perm`` order) seen as one
     dim per index group of ``groups`` (batch, rows, cols): 0 along what it lacks (a broadcast).
-    None where a group's indices are not nested row-major in its storage (the executor then
-    copies it into a broadcastable array first)."""
+    None where a group's indices are not nested row-major in its storage (the CPU executor
+    then copies it over the groups it has indices in first: :func:`copy_strides`)."""
     st = dict(zip(idx, strides(shape, perm)))
     out = []
     for g in groups:
