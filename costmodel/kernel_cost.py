@@ -23,8 +23,7 @@ from __future__ import annotations
 import math
 
 from search_spaces.candidate import IMPL_KERNEL
-from search_spaces.kernel_fusion import (Prologue, batch_split, copy_strides, group_strides,
-                                         kernel_parts, pair_operands)
+from search_spaces.kernel_fusion import Prologue, extra_strides, kernel_parts, pair_operands
 from search_spaces.footprint import strides
 from search_spaces.gemm import as_matrix_view, gemm_form, group_size, operand_groups, staged_run
 from search_spaces.ir import accesses
@@ -105,19 +104,17 @@ def _row(w, tensor, idx, grp, role, layout_of, item):
 
 
 def _others(w, fused_op, is_value, to_p, grp, ext, role, layout_of, item):
-    """Rows for the tensors a fused op reads besides its value: each once, or a broadcast
-    copy over the groups it has indices in (``kernel_fusion.copy_strides``) where its layout
-    does not nest the group, nor its batch group split before its last index (the kernel's
-    two-level batch stride)."""
+    """Rows for the tensors a fused op reads besides its value: each once, plus the bytes of
+    the executor's copy over the groups it has indices in where ``kernel_fusion.extra_strides``
+    says it copies (its layout nests neither the groups nor the batch split before its last
+    index)."""
     out = []
-    split = batch_split(grp)
     for t, idx in dict.fromkeys((a.tensor, a.idx) for a in accesses(w.op(fused_op).expr)
                                 if not is_value(a)):
-        sub = tuple(to_p[i] for i in idx)
-        flat = group_strides(sub, w.shapes[t], layout_of(t), grp, ext) or (
-            split is not None and group_strides(sub, w.shapes[t], layout_of(t), split, ext))
-        copy = 0.0 if flat else item * math.prod(
-            ext[i] for g, st in zip(grp, copy_strides(sub, grp, ext)) if st for i in g)
+        st, copied = extra_strides(tuple(to_p[i] for i in idx), w.shapes[t], layout_of(t), grp,
+                                   ext)
+        copy = item * math.prod(ext[i] for g, s in zip(grp, st) if s for i in g) if copied \
+            else 0.0
         out.append((t, math.prod(w.shapes[t]) * item, role, copy, 1))
     return out
 

@@ -274,3 +274,21 @@ def copy_strides(idx: tuple[str, ...], groups: tuple[tuple[str, ...], ...],
         inner *= math.prod(ext[i] for i in g) if lv else 1
     return tuple(reversed(out))
 
+
+def extra_strides(idx: tuple[str, ...], shape: tuple[int, ...], perm: tuple[int, ...],
+                  groups: tuple[tuple[str, ...], ...], ext: dict[str, int]
+                  ) -> tuple[tuple[int, ...] | None, bool]:
+    """How the kernel reads a tensor a fusion reads besides its value (subscript ``idx`` in
+    contraction index names, stored in ``perm`` order) over ``groups`` (batch, rows, cols), and
+    whether the CPU executor copies it first: its own strides where they nest (not copied);
+    None where they nest only with the batch split before its last index (:func:`batch_split`:
+    two batch strides, read at run time; not copied); else its copy's (:func:`copy_strides`).
+    One rule for the kernel's C, the executor and the cost model."""
+    st = group_strides(idx, shape, perm, groups, ext)
+    if st is not None:
+        return st, False
+    split = batch_split(groups)
+    if split is not None and group_strides(idx, shape, perm, split, ext) is not None:
+        return None, False
+    return copy_strides(idx, groups, ext), True
+

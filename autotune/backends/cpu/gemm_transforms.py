@@ -17,7 +17,7 @@ import numpy as np
 from search_spaces.gemm import gemm_form
 from search_spaces.ir import Access, Binary, Call, Const, Expr, Pow, Select, Unary
 from search_spaces.kernel_fusion import (Epilogue, KernelParts, Prologue, batch_split,
-                                         copy_strides, group_strides)
+                                         extra_strides)
 from search_spaces.workload import Workload
 
 from autotune.backends.cpu.codegen import C_FUNCTIONS
@@ -137,8 +137,8 @@ def transform_code(w: Workload, site: FusionSite, is_value: Callable[[Access], b
             if is_second(e):
                 return _Y
             if (e.tensor, e.idx) not in operands:
-                st = extra_strides(w, e.tensor, tuple(to_p[i] for i in e.idx),
-                                   layout_of(e.tensor), site.groups, ext)
+                st, _ = extra_strides(tuple(to_p[i] for i in e.idx), w.shapes[e.tensor],
+                                      layout_of(e.tensor), site.groups, ext)
                 operands[e.tensor, e.idx] = TransformOperand(
                     f"{site.prefix}{len(operands)}", e.tensor, e.idx, st)
             o = operands[e.tensor, e.idx]
@@ -193,24 +193,10 @@ def kernel_transforms(w: Workload, parts: KernelParts, layout_of, dialect: Diale
     return hooks, tuple(extras)
 
 
-def extra_strides(w: Workload, tensor: str, sub: tuple[str, ...], perm, groups,
-                  ext: dict[str, int]) -> tuple[int, ...] | None:
-    """A transform's extra array's strides over ``groups`` (:class:`TransformOperand`): its
-    own where they nest, None where the batch needs two strides (read at run time), else those
-    of the executor's copy (``kernel_fusion.copy_strides``)."""
-    st = group_strides(sub, w.shapes[tensor], perm, groups, ext)
-    if st is not None:
-        return st
-    split = batch_split(groups)
-    if split is not None and group_strides(sub, w.shapes[tensor], perm, split, ext):
-        return None
-    return copy_strides(sub, groups, ext)
-
-
 def _compact_copy(full: np.ndarray, o: TransformOperand, groups, shape3, stage, name: str
                   ) -> np.ndarray:
     """``full`` (one dim per index, in the groups' order) copied over the groups ``o.strides``
-    has live (:func:`kernel_fusion.copy_strides`), broadcast as ``shape3`` along the others."""
+    has live (``kernel_fusion.copy_strides``), broadcast as ``shape3`` along the others."""
     live = [s != 0 for s in o.strides] if o.strides is not None else [True] * len(groups)
     dims = [lv for g, lv in zip(groups, live) for _ in g]
     part = full[tuple(slice(None) if lv else 0 for lv in dims)]

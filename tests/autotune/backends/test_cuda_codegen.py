@@ -295,17 +295,24 @@ def test_a_cpu_plans_stacks_and_kernels_run_on_the_gpu(emulator, kernel_cache):
     assert not why, why
 
 
+def kept_clocks(runtime, monkeypatch) -> list:
+    """Every timer ``runtime.timer()`` hands out from now on, in order (its ``laps`` and
+    ``seconds`` read after the run it timed)."""
+    clocks, timer = [], runtime.timer
+
+    def kept_timer():
+        clocks.append(timer())
+        return clocks[-1]
+    monkeypatch.setattr(runtime, "timer", kept_timer)
+    return clocks
+
+
 def test_emulated_timed_call_and_device_inputs(emulator, kernel_cache, monkeypatch):
     w = small("gated_mlp")
     inputs = w.random_inputs(seed=6)
     plan = CudaPlan(w, named_plan(SearchSpace(w, BOUNDS), "heuristic"), kernel_cache,
                     runtime=emulator)
-    clocks, timer = [], emulator.timer
-
-    def kept_timer():
-        clocks.append(timer())
-        return clocks[-1]
-    monkeypatch.setattr(emulator, "timer", kept_timer)
+    clocks = kept_clocks(emulator, monkeypatch)
     outs, times = plan.timed_call(inputs, warmup=1, repeats=3)
     assert len(times) == 3 and all(t > 0 for t in times)
     _, why = verify(outs, reference(w, inputs), w.rtol)
@@ -459,12 +466,7 @@ def test_gpu_plans_match_reference(name, gpu, tmp_path):
 @pytest.mark.cuda
 def test_gpu_named_plans_at_larger_dims_and_event_timing(gpu, tmp_path, monkeypatch):
     w = load_workload("trimul_outgoing", {"N": 96, "C": 32})
-    clocks, timer = [], gpu.timer
-
-    def kept_timer():
-        clocks.append(timer())
-        return clocks[-1]
-    monkeypatch.setattr(gpu, "timer", kept_timer)
+    clocks = kept_clocks(gpu, monkeypatch)
     inputs = w.random_inputs(seed=1)
     ref = reference(w, inputs)
     for name in NAMED_PLANS:
