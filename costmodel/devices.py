@@ -62,7 +62,8 @@ class KernelCosts:
     on this machine over random legal configurations at three shape classes
     (``autotune/backends/cpu/kernel_probe.py``)."""
     stream_cached: float = 1.0   # streaming stores of a C that fits in the last-level cache
-    unpacked_a: float = 1.0      # A read in place (pack_a off)
+    unpacked_a: float = 1.0      # A read in place (pack_a off), rows longer than SHORT_ROW_BYTES
+    unpacked_a_short: float = 1.0    # A read in place, rows of at most SHORT_ROW_BYTES
     unpacked_b: float = 1.0      # B read in place (pack_b off)
     short_tile: float = 1.0      # a register tile of at most 4 rows
     one_vector: float = 1.0      # a register tile one vector wide

@@ -119,6 +119,12 @@ def _others(w, fused_op, is_value, to_p, grp, ext, role, layout_of, item):
     return out
 
 
+# A read in place: its rows' length decides the cost (short rows lie side by side as a packed
+# panel does, long ones put the mr lines read per K step far apart); one factor for both fitted
+# neither (docs/costmodel.md, section 2, has the evidence).
+SHORT_ROW_BYTES = 256
+
+
 def kernel_flags(p: KernelParams | None, item: int, kk: int, c_bytes: float,
                  dev: DeviceSpec) -> dict[str, bool]:
     """Which of the :class:`~costmodel.devices.KernelCosts` factors apply to parameters ``p``
@@ -126,8 +132,10 @@ def kernel_flags(p: KernelParams | None, item: int, kk: int, c_bytes: float,
     ``c_bytes`` the size of what the kernel writes."""
     if p is None:
         return {}
+    short = kk * item <= SHORT_ROW_BYTES
     return {"stream_cached": p.stream and kk <= p.kc and c_bytes <= dev.cache_bytes,
-            "unpacked_a": not p.pack_a, "unpacked_b": not p.pack_b, "short_tile": p.mr <= 4,
+            "unpacked_a": not p.pack_a and not short, "unpacked_a_short": not p.pack_a and short,
+            "unpacked_b": not p.pack_b, "short_tile": p.mr <= 4,
             "one_vector": p.nr <= p.lanes(item), "outer_a": p.outer == OUTER_A}
 
 
@@ -186,14 +194,9 @@ def kernel_compute_s(b: int, m: int, n: int, kk: int, p: KernelParams | None, it
 
 
 # Each call of the micro-kernel (one register tile, one K slice) loads and stores its C tile
-# and sets up its loops: seconds per call and core.  Why: the rate prices flops alone, so the
-# model saw no difference between KC = 64 and KC = 256 where the second makes a quarter of the
-# calls.  Measured on the 2-core AVX-512 host (scratch kernel driver, one process, interleaved
-# rounds, medians): 8 heads of 256 x 32 x 256 (8 x 32 tiles, operands in place) ran 281, 247,
-# 237 and 233 us at KC = 32, 64, 128 and 256 (8192, 4096, 2048 and 1024 calls): 24-33 ns of
-# wall time a call on 2 cores; 256 x 256 x 256 215 against 202 us at KC 64 and 256 (8 x 32)
-# and 213 / 205 (6 x 64); and in attention's cached plan its weighted sum of v ran 108 us at
-# KC = 64 against 97 at KC = 256 (group clocks, 201 interleaved calls).
+# and sets up its loops: seconds per call and core.  Why: the rate prices flops alone, and KC =
+# 64 makes four times KC = 256's calls (measured 24-33 ns of wall time a call on the 2-core
+# AVX-512 host, attention's weighted sum of v 108 us at KC = 64 against 97: docs/costmodel.md).
 MICRO_CALL_S = 50e-9
 
 

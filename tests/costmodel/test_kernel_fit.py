@@ -29,12 +29,33 @@ def test_the_flags_of_a_configuration():
     dev = CPU_DEFAULT
     p = params(mr=4, nr=16, pack_a=False, stream=True, outer="a")
     on = kernel_flags(p, 4, 128, 1e6, dev)
-    assert on == {"stream_cached": True, "unpacked_a": True, "unpacked_b": False,
+    assert on == {"stream_cached": True, "unpacked_a": True, "unpacked_a_short": False,
+                  "unpacked_b": False,
                   "short_tile": True, "one_vector": True, "outer_a": True}
     # streaming pays off (no factor) when C outgrows the cache or takes more than one K slice
     assert not kernel_flags(p, 4, 128, 10 * dev.cache_bytes, dev)["stream_cached"]
     assert not kernel_flags(p, 4, 512, 1e6, dev)["stream_cached"]
     assert kernel_flags(None, 4, 128, 1e6, dev) == {}
+
+
+def test_a_read_in_place_is_priced_by_its_rows_length():
+    # float32 rows of 64 elements (256 bytes) are short, 65 long; float64 rows half as many
+    p = params(pack_a=False)
+    for kk, item, short in ((32, 4, True), (64, 4, True), (65, 4, False), (256, 4, False),
+                            (32, 8, True), (33, 8, False)):
+        on = kernel_flags(p, item, kk, 1e6, CPU_DEFAULT)
+        assert (on["unpacked_a_short"], on["unpacked_a"]) == (short, not short), (kk, item)
+    packed = kernel_flags(params(), 4, 32, 1e6, CPU_DEFAULT)
+    assert not packed["unpacked_a"] and not packed["unpacked_a_short"]
+    # each factor scales only its own configurations' arithmetic (no FMA peak to bound it)
+    base = replace(CPU_DEFAULT, f32_flops=0.0, kernel=KernelCosts())
+    dev = replace(base, kernel=KernelCosts(unpacked_a=2.0, unpacked_a_short=0.5))
+    for kk, f in ((32, 0.5), (256, 2.0)):
+        got = kernel_compute_s(1, 512, 1024, kk, p, 4, 1e6, dev)
+        assert got == pytest.approx(f * kernel_compute_s(1, 512, 1024, kk, p, 4, 1e6, base))
+        packed = params()
+        assert kernel_compute_s(1, 512, 1024, kk, packed, 4, 1e6, dev) == pytest.approx(
+            kernel_compute_s(1, 512, 1024, kk, packed, 4, 1e6, base))
 
 
 def test_threads_split_items_or_rows():

@@ -39,7 +39,9 @@ from autotune.cache_dirs import kernels_dir
 # 11: the kernel measured with its own barrier and a column block's K slices packed at once
 #     (gemm_driver), its short_tile and one_vector factors held at 1 or more
 #     (costmodel.kernel_fit.AT_LEAST_ONE): a version 10 fit may price 4-row tiles faster
-CALIBRATION_VERSION = 11
+# 12: A read in place priced by its rows' length (kernel.unpacked_a for rows over 256 bytes,
+#     kernel.unpacked_a_short for the rest: costmodel.kernel_cost.SHORT_ROW_BYTES)
+CALIBRATION_VERSION = 12
 CALIBRATION_FILE = "calibration-cpu.json"
 DEFAULT_GEMM_N = 2048
 DEFAULT_COPY_MB = 256
