@@ -34,7 +34,8 @@ from search_spaces.symmetry import computed_share, symmetric_kernel
 
 from .devices import DeviceSpec
 from .estimate import FusedProducer, GroupCost
-from .kernel_traffic import c_passes, packed_b_bytes, traffic_floor_s, traffic_share
+from .kernel_traffic import (c_passes, live_c_bytes, packed_b_bytes, traffic_floor_s,
+                             traffic_share)
 from .rates import GEMM_FLOOR, SMALL_GEMM, copy_waste, kernel_launch_s, transcendental_weight
 
 
@@ -120,8 +121,7 @@ def _others(w, fused_op, is_value, to_p, grp, ext, role, layout_of, item):
 
 
 # A read in place: its rows' length decides the cost (short rows lie side by side as a packed
-# panel does, long ones put the mr lines read per K step far apart); one factor for both fitted
-# neither (docs/costmodel.md, section 2, has the evidence).
+# panel does, long ones put the mr lines far apart): docs/costmodel.md, section 3.
 SHORT_ROW_BYTES = 256
 
 
@@ -252,7 +252,8 @@ def plain_kernel_parts(b: int, m: int, n: int, kk: int, p: KernelParams, item: i
     """(arithmetic, the rest: traffic, launch and A's packing) of :func:`plain_kernel_s`;
     no factor of the kernel's parameters scales the rest (:mod:`costmodel.kernel_fit`)."""
     a, bb, c = (float(b * x * y * item) for x, y in ((m, kk), (kk, n), (m, n)))
-    moved = a * math.ceil(n / p.nc) + bb + c * c_passes(c, kk, p.kc, dev) \
+    live = live_c_bytes(c, b, p.split == SPLIT_BATCH, dev)
+    moved = a * math.ceil(n / p.nc) + bb + c * c_passes(c, kk, p.kc, dev, live) \
         + packed_b_bytes(b, kk, n, item, p.pack_b)
     compute = kernel_compute_s(b, m, n, kk, p, item, c, dev)
     serial = dev.kind == "cpu" and kernel_serial(b, m, n, kk, item)
@@ -334,7 +335,8 @@ def kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev: Dev
     flops = 2.0 * b_ * m * n * kk
     nc, kc = (k.nc, k.kc) if k is not None else (max(n, 1), max(kk, 1))
     c_bytes = sum(nbytes for _, nbytes, role, *_ in rows if role == "c")
-    passes = {"a": math.ceil(n / nc), "b": 1, "c": c_passes(c_bytes, kk, kc, dev), "e": 1}
+    live = live_c_bytes(c_bytes, b_, k is not None and k.split == SPLIT_BATCH, dev)
+    passes = {"a": math.ceil(n / nc), "b": 1, "c": c_passes(c_bytes, kk, kc, dev, live), "e": 1}
     # B is packed where the parameters say so (a pair's: pair_params, above) and under a prologue
     packed_b = k is None or k.pack_b or parts.prologue_b is not None
     bytes_ = sum(nbytes * passes[role] for _, nbytes, role, *_ in rows) \

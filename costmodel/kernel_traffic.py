@@ -12,13 +12,32 @@ from .devices import DeviceSpec
 PANEL_RUN_BYTES = 128
 
 
-def c_passes(c_bytes: float, kk: int, kc: int, dev: DeviceSpec) -> int:
+def c_passes(c_bytes: float, kk: int, kc: int, dev: DeviceSpec,
+             live_bytes: float | None = None) -> float:
     """Times C crosses the memory bus: written after the first K slice, read and written
     after each further one, unless the cores' shares of it stay in their private caches
-    between slices (a C of a few rows: a decoding step's 4 x 3072 is 24 KB a core)."""
+    between slices (a C of a few rows: a decoding step's 4 x 3072 is 24 KB a core).  Where C
+    outgrows the last-level cache but the part the threads hold between slices
+    (``live_bytes``: :func:`live_c_bytes`) does not, the further passes are cached traffic
+    (``kernel.cached_traffic``, as :func:`traffic_share` prices a product in the cache).  Why:
+    on the AVX2 EPYC host 16 items of 702 x 702 x 702 (C 31.5 MB, an item's 2 MB) ran 149,
+    142 and 149 GFLOP/s at KC = 768, 384 and 192 split by items, and 137, 137 and 139 split by
+    rows (bench/gemm_kernel.py, 7 interleaved rounds), where every pass at the bandwidth
+    priced KC = 192 17 % slower than KC = 768 (bench/results/epyc-avx2-3462ffb)."""
     if c_bytes <= dev.tile_cache_bytes * max(dev.parallel_units, 1) / 2:
         return 1
-    return 2 * max(1, math.ceil(kk / kc)) - 1
+    extra = 2 * max(1, math.ceil(kk / kc)) - 2
+    live = c_bytes if live_bytes is None else live_bytes
+    if live <= dev.cache_bytes < c_bytes:
+        return 1 + extra * dev.kernel.cached_traffic
+    return 1 + extra
+
+
+def live_c_bytes(c_bytes: float, b: int, split_batch: bool, dev: DeviceSpec) -> float:
+    """The part of a ``b``-item product's C (``c_bytes`` in all) its threads hold between K
+    slices: one item's, which they share (split "m"), or one item each (split "batch")."""
+    per = c_bytes / max(b, 1)
+    return per * min(b, max(dev.parallel_units, 1)) if split_batch and b > 1 else per
 
 
 def packed_b_bytes(b: int, kk: int, n: int, item: int, packed: bool) -> float:

@@ -107,3 +107,33 @@ def test_tiles_dealt_a_chunk_at_a_time_leave_cores_idle_when_the_chunks_are_few(
     # a GPU's blocks are not dealt in chunks: the chunk leaves its occupancy as it is
     gpu = costmodel.preset("h100")
     assert loop_occupancy(w, members, 3, gpu, chunk=3) == loop_occupancy(w, members, 3, gpu)
+
+
+def test_c_passes_of_a_batched_product_whose_items_fit_the_cache_are_cached_traffic():
+    from costmodel.kernel_cost import micro_calls_s, plain_kernel_parts
+    from costmodel.kernel_traffic import c_passes, live_c_bytes
+    from search_spaces.kernel import KernelParams
+    # 16 items of 702 x 702 x 702 in a 16 MB cache: C 31.5 MB, an item's 2 MB
+    base = costmodel.preset("cpu")
+    dev = replace(base, cache_bytes=16e6, parallel_units=2,
+                  kernel=KernelCosts(cached_traffic=0.25))
+    c, item_c = 16 * 702 * 702 * 4.0, 702 * 702 * 4.0
+    assert live_c_bytes(c, 16, False, dev) == item_c
+    assert live_c_bytes(c, 16, True, dev) == 2 * item_c
+    assert live_c_bytes(c, 1, True, dev) == c
+    # KC 192: four slices, six further passes, at the cached share
+    assert c_passes(c, 702, 192, dev, item_c) == pytest.approx(1 + 6 * 0.25)
+    # what the threads hold outgrows the cache, or C as a whole fits it (traffic_share prices
+    # that): every pass at the bandwidth
+    assert c_passes(c, 702, 192, dev, 20e6) == 7
+    assert c_passes(8e6, 702, 192, dev, 8e6) == 7
+    assert c_passes(c, 702, 768, dev, item_c) == 1
+    # the model's time: KC 192 costs 6 x 0.25 more passes over C than KC 768, not 6 (and its
+    # micro-kernel's calls, four times as many)
+    times, calls = {}, {}
+    for kc in (192, 768):
+        p = KernelParams(kc=kc, mc=144, mr=6, nc=8192, nr=16, split="batch", vec_bytes=32)
+        times[kc] = sum(plain_kernel_parts(16, 702, 702, 702, p, 4, dev))
+        calls[kc] = micro_calls_s(16, 702, 702, 702, p, 4, dev)
+    extra = times[192] - times[768] - (calls[192] - calls[768])
+    assert extra == pytest.approx(6 * 0.25 * c / dev.bandwidth)
