@@ -3,9 +3,8 @@
 Each loop group becomes one function ``void group_K(void **args)``: an OpenMP-parallel loop over
 the anchor's tiles; inside a tile every member is evaluated over its footprint into a per-thread
 buffer (members read each other's buffers, never memory written by another tile), and the anchor
-writes its tile of the output in the candidate's layout (accumulating in a tile buffer of its
-own first where that layout would make each reduction step a strided read-modify-write:
-:attr:`_Emitter.staged`).
+writes its tile of the output in the candidate's layout (first in a tile buffer of its own where
+that layout would make each reduction step a strided read-modify-write: `_Emitter.staged`).
 """
 from __future__ import annotations
 
@@ -28,6 +27,7 @@ from search_spaces.workload import Workload
 
 from autotune.backends.buffers import ALIGN
 from autotune.backends.chain_loops import ChainLoops
+from autotune.backends.cpu.hoist import hoisted
 from autotune.backends.cpu.prelude import EXP_BOUNDS, PRELUDE  # noqa: F401 (re-exported)
 from autotune.backends.cpu.machine import machine_bounds
 from autotune.backends.cpu.repack import repack_code
@@ -47,13 +47,11 @@ class GroupKernel:
 
 # C spellings of the functions loops.COMMON_FUNCTIONS lacks, and of those it spells in a way
 # that does not vectorise here (the kernel's epilogues use them too):
-# * exp through AT_EXP (PRELUDE): its argument bounded below, see EXP_BOUNDS; float32's a
-#   range reduction and polynomial inlined (fast_exp), 2x libmvec's expf on the development
-#   host; float64's libm/libmvec exp;
-# * tanh through AT_TANH (PRELUDE): float32's a rational function inlined (fast_tanh), 2x
-#   libmvec's tanhf on the development host; float64's libm/libmvec tanh;
+# * exp and tanh through AT_EXP (argument bounded below: EXP_BOUNDS) and AT_TANH (PRELUDE):
+#   float32's inlined (fast_exp, fast_tanh: 2x libmvec's on the development host), float64's
+#   libm/libmvec;
 # * max, min and relu as comparisons: under -fno-finite-math-only GCC calls libm's fmaxf per
-#   element instead of a vector max (NaN rules), 5x slower in a plain loop here.
+#   element (NaN rules), 5x slower than a vector max in a plain loop here.
 C_FUNCTIONS = {"rsqrt": "(1/sqrt{s}({0}))", "sigmoid": "(1/(1+AT_EXP{s}(-({0}))))",
                "exp": "AT_EXP{s}({0})", "tanh": "AT_TANH{s}({0})",
                "relu": "({{ __auto_type _r = ({0}); _r > 0 ? _r : 0; }})",
@@ -61,11 +59,9 @@ C_FUNCTIONS = {"rsqrt": "(1/sqrt{s}({0}))", "sigmoid": "(1/(1+AT_EXP{s}(-({0})))
                "min": "({{ __auto_type _a = ({0}); __auto_type _b = ({1}); _a < _b ? _a : _b; }})"}
 
 
-# An innermost assignment loop that calls these (libmvec's vector versions once it vectorises)
-# ends in an overlapped vector rather than a scalar remainder (_Emitter._overlapped_nest), of
-# OVERLAP_BYTES: AVX2's width, which covers SSE's and is what AVX-512 hosts' GCC prefers too.
-# (float32's inlined AT_TANHf too: its scalar form in a remainder costs several vector
-# elements; a 997 x 53 tanh group 31.8 -> 25.0 us on 2 cores.)
+# An innermost assignment loop that calls these ends in an overlapped vector of OVERLAP_BYTES
+# (AVX2's), not a scalar remainder (_Emitter._overlapped_nest; float32's inlined AT_TANHf too:
+# a 997 x 53 tanh group 31.8 -> 25.0 us on 2 cores), after the invariant ones (cpu.hoist).
 LIBM_CALLS = ("AT_EXP", "logf(", "log(", "AT_TANH")
 OVERLAP_BYTES = 32
 # A reduction's private rows (_Emitter.private_width): each a whole number of cache lines of
@@ -85,6 +81,7 @@ def _lane_reduction(combiner: str) -> tuple[str, str]:
 
 class _Emitter(LoopEmitter):
     FUNCTIONS = C_FUNCTIONS
+    hoist_names = None  # (var, {expression: name}) while autotune.backends.cpu.hoist renders
 
     @functools.cached_property
     def inlined(self) -> frozenset[str]:
@@ -93,6 +90,8 @@ class _Emitter(LoopEmitter):
         return inlined_members(self.w, self.g, self.plans, self.mats, self.layout_of)
 
     def expr(self, e, var):
+        if self.hoist_names is not None and var is self.hoist_names[0] and e in self.hoist_names[1]:
+            return self.hoist_names[1][e]
         if isinstance(e, Access) and e.tensor in self.inlined:
             op = self.w.op(e.tensor)
             return self.expr(op.expr, {p: var[i] for p, i in zip(op.parallel, e.idx)})
@@ -122,7 +121,7 @@ class _Emitter(LoopEmitter):
         self.lines.extend(self.nest(order, rng, var, "    ", body,
                                     "#pragma omp simd" if simd else None))
 
-    def _overlapped_nest(self, order, rng, var, body: str) -> None:
+    def _overlapped_nest(self, order, rng, var, body: str, decls: str = "") -> None:
         """A loop nest whose innermost loop, an assignment that may run twice on an element
         (it reads nothing it writes), ends in one whole vector that overlaps the last full
         ones instead of a scalar remainder.  Why: a remainder calls the scalar libm function
@@ -134,7 +133,7 @@ class _Emitter(LoopEmitter):
         outer = self.nest(order[:-1], rng, var, "    ", "")
         ind = outer[-1]                 # the innermost body's indent (the body itself empty)
         self.lines.extend(outer[:-1] + [ind + line for line in (
-            f"{{ const long _lo = {lo}, _hi = {hi}, _m = _lo + ((_hi - _lo) / {vw}) * {vw};",
+            f"{{ {decls}const long _lo = {lo}, _hi = {hi}, _m = _lo + ((_hi - _lo) / {vw}) * {vw};",
             "  #pragma omp simd",
             f"  for (long {v} = _lo; {v} < _m; {v}++) {body}",
             f"  if (_m < _hi && _hi - _lo >= {vw}) {{",
@@ -177,7 +176,8 @@ class _Emitter(LoopEmitter):
             self._nest([i for i in op.parallel], rng, var, f"{target}[{off}] = {init};", simd=True)
         body_expr = self.expr(op.expr, var)
         if op.combiner == "none" and any(c in body_expr for c in LIBM_CALLS):
-            self._overlapped_nest(order, rng, var, f"{target}[{off}] = {body_expr};")
+            decls, body_expr = hoisted(self, op.expr, var, inner)
+            self._overlapped_nest(order, rng, var, f"{target}[{off}] = {body_expr};", decls)
         elif op.combiner == "none":
             self._nest(order, rng, var, f"{target}[{off}] = {body_expr};", simd=True)
         elif red_inner and self.private_width(mp):
