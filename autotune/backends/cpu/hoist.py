@@ -13,29 +13,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from search_spaces.ir import TRANSCENDENTAL, Access, Binary, Call, Const, Expr, Pow, Select, Unary
-
-
-def _children(e: Expr) -> tuple[Expr, ...]:
-    if isinstance(e, Unary):
-        return (e.x,)
-    if isinstance(e, Binary):
-        return (e.a, e.b)
-    if isinstance(e, Pow):
-        return (e.base,)
-    if isinstance(e, Call):
-        return e.args
-    if isinstance(e, Select):
-        return (e.a, e.b)
-    return ()
-
-
-def _varies(e: Expr, inner: str) -> bool:
-    if isinstance(e, Access):
-        return inner in e.idx
-    if isinstance(e, Select) and inner in e.cond.indices:
-        return True
-    return any(_varies(c, inner) for c in _children(e))
+from search_spaces.ir import TRANSCENDENTAL, Access, Call, Const, Expr, children, index_names
 
 
 def _costly(e: Expr, inlined: Callable[[str], Expr | None]) -> bool:
@@ -44,7 +22,7 @@ def _costly(e: Expr, inlined: Callable[[str], Expr | None]) -> bool:
     if isinstance(e, Access):
         body = inlined(e.tensor)
         return body is not None and _costly(body, inlined)
-    return any(_costly(c, inlined) for c in _children(e))
+    return any(_costly(c, inlined) for c in children(e))
 
 
 def invariant_calls(e: Expr, inner: str, inlined: Callable[[str], Expr | None]
@@ -54,10 +32,10 @@ def invariant_calls(e: Expr, inner: str, inlined: Callable[[str], Expr | None]
     tensor's reads evaluate, None for a stored one), each once, in the order met."""
     if isinstance(e, Const):
         return []
-    if not _varies(e, inner) and _costly(e, inlined):
+    if inner not in index_names(e) and _costly(e, inlined):
         return [e]
     out: list[Expr] = []
-    for c in _children(e):
+    for c in children(e):
         out += [s for s in invariant_calls(c, inner, inlined) if s not in out]
     return out
 
