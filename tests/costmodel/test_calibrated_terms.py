@@ -228,6 +228,22 @@ def test_each_function_has_its_own_cost():
     assert gc.transcendentals == 2 * 64 * 64          # the count stays a count
 
 
+def test_a_call_that_does_not_vary_along_the_innermost_loop_is_priced_once_a_pass():
+    # the CPU loops compute exp(u[i]) once a row of j (autotune.backends.cpu.hoist): a dearer
+    # exp raises the price of exp(v[i,j]) with every element, of exp(u[i]) with every row
+    dims = {"I": 64, "J": 256}
+    inv = workload("y[i,j] = x[i,j] * exp(u[i])\n", dims, {"x": ["I", "J"], "u": ["I"]}, ["y"])
+    var = workload("y[i,j] = x[i,j] * exp(v[i,j])\n", dims, {"x": ["I", "J"], "v": ["I", "J"]},
+                   ["y"])
+    dear = replace(NEUTRAL, functions=FunctionCosts(exp=NEUTRAL.transcendental_flops * 1000))
+
+    def rise(w):
+        cand = named_plan(SearchSpace(w), "unfused")
+        return total(w, cand, dear) - total(w, cand, NEUTRAL)
+    assert rise(var) > 0
+    assert 0 <= rise(inv) < rise(var) / 100
+
+
 @pytest.mark.parametrize("name", builtin_names())
 def test_equal_function_weights_count_what_count_flops_counts(name):
     w = load_workload(name)         # parsing only: the default dims cost nothing here

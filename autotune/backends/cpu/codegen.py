@@ -29,6 +29,7 @@ from autotune.backends.buffers import ALIGN
 from autotune.backends.chain_loops import ChainLoops
 from autotune.backends.cpu.hoist import hoisted
 from autotune.backends.cpu.prelude import EXP_BOUNDS, PRELUDE  # noqa: F401 (re-exported)
+from autotune.backends.cpu.private_rows import PrivateRows, lane_reduction
 from autotune.backends.cpu.machine import machine_bounds
 from autotune.backends.cpu.repack import repack_code
 from autotune.backends.cpu.strided_walk import walks_a_stride
@@ -64,22 +65,9 @@ C_FUNCTIONS = {"rsqrt": "(1/sqrt{s}({0}))", "sigmoid": "(1/(1+AT_EXP{s}(-({0})))
 # a 997 x 53 tanh group 31.8 -> 25.0 us on 2 cores), after the invariant ones (cpu.hoist).
 LIBM_CALLS = ("AT_EXP", "logf(", "log(", "AT_TANH")
 OVERLAP_BYTES = 32
-# A reduction's private rows (_Emitter.private_width): each a whole number of cache lines of
-# float32, and all of a tile's together at most this many elements (64 KiB of float32, inside
-# a core's second-level cache).
-PRIVATE_ALIGN = 16
-PRIVATE_ELEMS = 16384
 
 
-def _lane_reduction(combiner: str) -> tuple[str, str]:
-    """(the statement folding ``_v`` into ``acc``, the OpenMP reduction operator) of a sum or
-    max reduction."""
-    if combiner == "sum":
-        return "acc += _v;", "+"
-    return "acc = _v > acc ? _v : acc;", "max"
-
-
-class _Emitter(LoopEmitter):
+class _Emitter(PrivateRows, LoopEmitter):
     FUNCTIONS = C_FUNCTIONS
     hoist_names = None  # (var, {expression: name}) while autotune.backends.cpu.hoist renders
 
@@ -117,9 +105,18 @@ class _Emitter(LoopEmitter):
     def local_index(self, v: str, start: str | None) -> str:
         return f"({v} - {start})" if start is not None else f"({v})"
 
-    def _nest(self, order, rng, var, body: str, simd: bool) -> None:
-        self.lines.extend(self.nest(order, rng, var, "    ", body,
-                                    "#pragma omp simd" if simd else None))
+    def _nest(self, order, rng, var, body: str, simd: bool, decls: str = "") -> None:
+        """A loop nest around ``body``; ``decls`` (cpu.hoist's values) right before its
+        innermost loop, in a block of their own."""
+        pragma = "#pragma omp simd" if simd else None
+        if not decls:
+            self.lines.extend(self.nest(order, rng, var, "    ", body, pragma))
+            return
+        outer = self.nest(order[:-1], rng, var, "    ", "")
+        ind = outer[-1]                 # the innermost body's indent (the body itself empty)
+        inner = self.nest(order[-1:], rng, var, "  ", body, pragma)
+        self.lines.extend(outer[:-1] + [f"{ind}{{ {decls}"] + [ind + x for x in inner]
+                          + [f"{ind}}}"])
 
     def _overlapped_nest(self, order, rng, var, body: str, decls: str = "") -> None:
         """A loop nest whose innermost loop, an assignment that may run twice on an element
@@ -174,21 +171,24 @@ class _Emitter(LoopEmitter):
         red_inner = inner in op.reduction
         if init is not None and not red_inner:
             self._nest([i for i in op.parallel], rng, var, f"{target}[{off}] = {init};", simd=True)
-        body_expr = self.expr(op.expr, var)
-        if op.combiner == "none" and any(c in body_expr for c in LIBM_CALLS):
-            decls, body_expr = hoisted(self, op.expr, var, inner)
+        libm = any(c in self.expr(op.expr, var) for c in LIBM_CALLS)
+        # every loop evaluates its transcendentals that do not vary along its innermost loop
+        # once before that loop (cpu.hoist; costmodel.model prices them so)
+        decls, body_expr = hoisted(self, op.expr, var, inner)
+        if op.combiner == "none" and libm:
             self._overlapped_nest(order, rng, var, f"{target}[{off}] = {body_expr};", decls)
         elif op.combiner == "none":
-            self._nest(order, rng, var, f"{target}[{off}] = {body_expr};", simd=True)
+            self._nest(order, rng, var, f"{target}[{off}] = {body_expr};", simd=True,
+                       decls=decls)
         elif red_inner and self.private_width(mp):
-            self._private_reduction(mp, op, rng, var, body_expr, target, off)
+            self._private_reduction(mp, op, rng, var, body_expr, target, off, decls)
         elif red_inner:
-            comb, red = _lane_reduction(op.combiner)
+            comb, red = lane_reduction(op.combiner)
             outer = order[:-1]
             first = [i for i in op.reduction if i not in outer]
             # reductions outside the innermost loop accumulate into the target across passes
             acc_init = f"{target}[{off}]" if len(first) < len(op.reduction) else init
-            inner_code = (f"{{ {self.ctype} acc = {acc_init};\n"
+            inner_code = (f"{{ {decls}{self.ctype} acc = {acc_init};\n"
                           f"      #pragma omp simd reduction({red}:acc)\n"
                           f"      {self.loop_head(var[inner], *rng[inner])}"
                           f" {{ {self.ctype} _v = {body_expr}; {comb} }}\n"
@@ -204,7 +204,7 @@ class _Emitter(LoopEmitter):
             upd = (f"{target}[{off}] += {body_expr};" if op.combiner == "sum" else
                    f"{{ {self.ctype} _v = {body_expr}, _o = {target}[{off}]; "
                    f"{target}[{off}] = _v > _o ? _v : _o; }}")
-            self._nest(order, rng, var, upd, simd=not self.gathers(op, inner))
+            self._nest(order, rng, var, upd, simd=not self.gathers(op, inner), decls=decls)
         if self.local(mp.op) and (mp.op in self.mats or is_anchor):
             gvar = {i: f"v_{i}" for i in op.parallel}
             # the store walks global memory in its own layout's order (contiguous innermost),
@@ -222,43 +222,6 @@ class _Emitter(LoopEmitter):
         update that does runs without ``omp simd`` (:func:`.strided_walk.walks_a_stride`
         gives the reasons)."""
         return walks_a_stride(op, inner, self.stride, self.inlined, self.w.op)
-
-    def private_width(self, mp) -> int:
-        """Elements of each output element's private row where ``mp``'s reduction keeps its
-        partial sums (maxima) lane by lane across its outer reduction loops (0: it does not).
-
-        Why: a reduction whose innermost loop walks a reduction index inside other reduction
-        loops reduced across the vector's lanes after every pass of that loop.  outer4's z[i,k]
-        max= a[i,j] * b[k,l] + c[j,l] (96 x 80 outputs, j 40, l 56) did 307,200 such
-        reductions of 56-long rows a call: 1.74 ms; with a row of 56 partial maxima per output,
-        updated element by element and reduced once, 0.36 ms (2 cores, AVX-512, GCC 12)."""
-        op = self.w.op(mp.op)
-        order = list(mp.order)
-        if op.combiner not in ("sum", "max") or order[-1] not in op.reduction:
-            return 0
-        if not any(i in op.reduction for i in order[:-1]):
-            return 0
-        width = -(-op.extent(order[-1]) // PRIVATE_ALIGN) * PRIVATE_ALIGN
-        return width if math.prod(self.buf_shape(mp.op)) * width <= PRIVATE_ELEMS else 0
-
-    def _private_reduction(self, mp, op, rng, var, body_expr: str, target: str, off: str):
-        """:meth:`private_width`'s rows: set, updated element by element in the member's loop
-        order (the innermost now a plain vector loop), then each reduced into its output."""
-        inner, width = mp.order[-1], self.private_width(mp)
-        row = self.tile_offset(mp.op, op.parallel, var)
-        p = f"P_{mp.op}[({row}) * {self.n(width)} + {var[inner]}]"
-        init = "0" if op.combiner == "sum" else "-INFINITY"
-        self._nest(list(op.parallel) + [inner], rng, var, f"{p} = {init};", simd=True)
-        ct = self.ctype
-        upd = (f"{p} += {body_expr};" if op.combiner == "sum" else
-               f"{{ {ct} _v = {body_expr}, _o = {p}; {p} = _v > _o ? _v : _o; }}")
-        self._nest(list(mp.order), rng, var, upd, simd=True)
-        comb, red = _lane_reduction(op.combiner)
-        fin = (f"{{ {ct} acc = {init};\n"
-               f"      #pragma omp simd reduction({red}:acc)\n"
-               f"      {self.loop_head(var[inner], *rng[inner])} {{ {ct} _v = {p}; {comb} }}\n"
-               f"      {target}[{off}] = acc; }}")
-        self._nest(list(op.parallel), rng, var, fin, simd=False)
 
     def tile_buffers(self) -> list[tuple[str, int]]:
         """Per-thread buffers (name, elements): each fused member's footprint (and the

@@ -7,7 +7,10 @@ the group ran 712-773 us on 2 cores against 381-435 us with the sigmoid computed
 (the generated function and the same with the one value hoisted by hand, best of 40 calls
 each; the 2-core AMD EPYC, AVX2, GCC 12, the backend's flags), where XLA ran the whole block
 in 449 us (bench/results/epyc-avx2-3462ffb).  Only subexpressions with a transcendental call
-are moved: cheap arithmetic costs less than the register it would hold.
+are moved: cheap arithmetic costs less than the register it would hold.  Every loop the CPU
+emitter writes takes them: assignments, sums and maxima over an outer or the innermost index,
+private rows (a layer norm's rsqrt of its row's variance, once a row); costmodel.model prices
+them once per pass of the innermost loop.
 """
 from __future__ import annotations
 

@@ -73,3 +73,46 @@ def test_the_generated_loop_computes_them_once_per_row(tmp_path):
 def test_random_candidates_with_invariant_calls_run_on_the_cpu(tmp_path):
     w = block()
     check(w, lambda c: make_executable(w, c, "cpu", tmp_path), candidates(w, 12, 3))
+
+
+NORMS = """
+name = "norms"
+dtype = "float32"
+outputs = ["n", "r", "q"]
+program = \"\"\"
+s[b,c] += x[b,c,p] * x[b,c,p] / P
+n[b,c,p] = x[b,c,p] * rsqrt(s[b,c] + 0.5)
+r[b,c] += x[b,c,p] * exp(s[b,c] * 0.1)
+q[b,p] max= x[b,c,p] * sqrt(s[b,c] + 1)
+\"\"\"
+[dims]
+B = 3
+C = 20
+P = 37
+[inputs]
+x = ["B", "C", "P"]
+"""
+
+
+def _member_code(src: str, statement: str) -> str:
+    start = src.index(f"/* {statement}")
+    ends = [e for e in (src.find("/*", start + 2), src.find("\nvoid ", start)) if e > 0]
+    return src[start:min(ends, default=len(src))]
+
+
+def test_every_kind_of_loop_computes_its_invariant_calls_once_before_the_innermost(tmp_path):
+    # a layer norm's rsqrt (an assignment with no libm call), a sum over the innermost index
+    # and a max over an outer one: each declares the call before its innermost loop
+    w = parse_workload(NORMS, "norms.toml")
+    cand = Candidate.from_dict({"fused": [], "layouts": {}, "name": "", "schedules": [
+        {"anchor": a, "impl": "loop", "tiles": t} for a, t in
+        (("s", [3, 20]), ("n", [1, 4, 37]), ("r", [3, 20]), ("q", [1, 37]))]})
+    src = generate(w, cand)[0]
+    for stmt, call in (("n[", "sqrtf("), ("r[", "AT_EXPf("), ("q[", "sqrtf(")):
+        code = _member_code(src, stmt)
+        decl = re.search(r"const float _h0 = ([^;]*);", code)
+        assert decl and call in decl.group(1), (stmt, code)
+        loop = code[code.rindex("for (long"):]        # the innermost loop and its body
+        assert call not in loop and "_h0" in loop, (stmt, code)
+    check(w, lambda c: make_executable(w, c, "cpu", tmp_path), [cand])
+    check(w, lambda c: make_executable(w, c, "cpu", tmp_path), candidates(w, 8, 5))
