@@ -171,10 +171,11 @@ class _Emitter(PrivateRows, LoopEmitter):
         red_inner = inner in op.reduction
         if init is not None and not red_inner:
             self._nest([i for i in op.parallel], rng, var, f"{target}[{off}] = {init};", simd=True)
-        libm = any(c in self.expr(op.expr, var) for c in LIBM_CALLS)
         # every loop evaluates its transcendentals that do not vary along its innermost loop
         # once before that loop (cpu.hoist; costmodel.model prices them so)
         decls, body_expr = hoisted(self, op.expr, var, inner)
+        # (a call is in the declarations or in the body: the statement's whole rendering)
+        libm = any(c in decls + body_expr for c in LIBM_CALLS)
         if op.combiner == "none" and libm:
             self._overlapped_nest(order, rng, var, f"{target}[{off}] = {body_expr};", decls)
         elif op.combiner == "none":

@@ -45,8 +45,8 @@ class PrivateRows:
     def _private_reduction(self, mp, op, rng, var, body_expr: str, target: str, off: str,
                            decls: str = ""):
         """:meth:`private_width`'s rows: set, updated element by element in the member's loop
-        order (the innermost now a plain vector loop, after ``decls``: cpu.hoist), then each reduced into
-        its output."""
+        order (the innermost now a plain vector loop, after ``decls``: cpu.hoist), then each
+        reduced into its output."""
         inner, width = mp.order[-1], self.private_width(mp)
         row = self.tile_offset(mp.op, op.parallel, var)
         p = f"P_{mp.op}[({row}) * {self.n(width)} + {var[inner]}]"

@@ -14,6 +14,16 @@ from search_spaces.candidate import Candidate
 from search_spaces.ir import Access, Binary, Call
 from tests.autotune.backends.test_orders_exec import candidates, check
 
+# both blocks' extents and input
+DIMS = """
+[dims]
+B = 3
+C = 20
+P = 37
+[inputs]
+x = ["B", "C", "P"]
+"""
+
 BLOCK = """
 name = "gates"
 dtype = "float32"
@@ -24,13 +34,7 @@ g[b,c] = sigmoid(s[b,c])
 y[b,c,p] = x[b,c,p] * g[b,c] + exp(x[b,c,p]) * tanh(s[b,c] * 0.5)
 z[b,c,p] = where(p < 3, exp(s[b,c]), x[b,c,p] * exp(s[b,c] - 1))
 \"\"\"
-[dims]
-B = 3
-C = 20
-P = 37
-[inputs]
-x = ["B", "C", "P"]
-"""
+""" + DIMS
 
 
 def block():
@@ -85,13 +89,7 @@ n[b,c,p] = x[b,c,p] * rsqrt(s[b,c] + 0.5)
 r[b,c] += x[b,c,p] * exp(s[b,c] * 0.1)
 q[b,p] max= x[b,c,p] * sqrt(s[b,c] + 1)
 \"\"\"
-[dims]
-B = 3
-C = 20
-P = 37
-[inputs]
-x = ["B", "C", "P"]
-"""
+""" + DIMS
 
 
 def _member_code(src: str, statement: str) -> str:
