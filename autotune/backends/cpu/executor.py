@@ -27,8 +27,8 @@ from autotune.backends.buffers import aligned_empty, held, in_layout, owner_refs
 from autotune.backends.cpu.binding import CpuBoundPlan, Prepared, derived
 from autotune.backends.cpu.codegen import generate_units
 from autotune.backends.cpu.compiler import (  # noqa: F401  (the names callers import here)
-    CFLAGS, LIBMVEC_TANH, CompileError, _libmvec_flags, compile_all, compile_source,
-    load_gemm_kernel)
+    CFLAGS, KERNEL_OPT, LIBMVEC_TANH, LOOP_OPT, CompileError, _libmvec_flags, compile_all,
+    compile_source, load_gemm_kernel)
 from autotune.backends.cpu.gemm_call import kernel_spec
 from autotune.backends.cpu.gemm_driver import kernel_source
 from autotune.backends.cpu.kernel_group import KernelGroup, as3, blasable, view3
@@ -82,8 +82,9 @@ class CompiledPlan:
         # one library per group: a neighbouring candidate recompiles only the groups it changes
         specs = {s.anchor: kernel_spec(w, cand, s.anchor) for s in cand.schedules
                  if s.impl == IMPL_KERNEL}
-        libs = compile_all([src for src, _ in units]
-                           + [kernel_source(spec) for spec in specs.values()], cache_dir)
+        libs = compile_all([(src, LOOP_OPT) for src, _ in units]
+                           + [(kernel_source(spec), KERNEL_OPT) for spec in specs.values()],
+                           cache_dir)
         self.libs = {k.anchor: ctypes.CDLL(str(lib)) for (_, k), lib in zip(units, libs)}
         self.kernels = {k.anchor: k for _, k in units}
         # (load_gemm_kernel finds each kernel compiled: compile_source's cache on disk)

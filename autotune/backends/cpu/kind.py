@@ -83,7 +83,7 @@ class CpuBackendKind:
         """``plan.c``: every loop group of the plan; the notes say how to compile it and which
         groups are library GEMMs instead."""
         from autotune.backends.cpu.codegen import generate
-        from autotune.backends.cpu.executor import CFLAGS
+        from autotune.backends.cpu.compiler import CFLAGS, KERNEL_OPT, flags_at
         from autotune.backends.cpu.gemm_call import kernel_spec
         from autotune.backends.cpu.gemm_driver import ENTRY, kernel_source
         from search_spaces.kernel_fusion import kernel_parts
@@ -92,6 +92,9 @@ class CpuBackendKind:
         src, kernels = generate(w, cand)
         files = {"plan.c": src}
         notes = [f"compile by hand: cc {' '.join(CFLAGS)} plan.c -o plan.so -lm", ""]
+        if any(s.impl == IMPL_KERNEL for s in cand.schedules):
+            notes.insert(1, f"and each kernel_*.c: cc {' '.join(flags_at(KERNEL_OPT))} "
+                            f"kernel_ANCHOR.c -o kernel_ANCHOR.so -lm")
         loop = {k.anchor for k in kernels}
         for k in kernels:
             notes.append(f"plan.c: {k.name}(void **args)  anchor {k.anchor}  "

@@ -7,6 +7,7 @@ import ctypes
 
 import pytest
 
+from autotune.backends.cpu.compiler import KERNEL_OPT, LOOP_OPT
 from autotune.backends.cpu.executor import CompileError, compile_all, compile_source
 
 
@@ -16,7 +17,7 @@ def source(k: int) -> str:
 
 def test_every_source_gets_its_own_library(tmp_path):
     srcs = [source(k) for k in range(5)] + [source(2)]
-    libs = compile_all(srcs, tmp_path / "par", jobs=2)
+    libs = compile_all([(s, LOOP_OPT) for s in srcs], tmp_path / "par", jobs=2)
     assert len(libs) == 6 and libs[2] == libs[5]
     assert len(set(libs)) == 5
     for k, lib in enumerate(libs[:5]):
@@ -25,8 +26,14 @@ def test_every_source_gets_its_own_library(tmp_path):
     seq = [compile_source(s, tmp_path / "seq") for s in srcs]
     assert [p.name for p in libs] == [p.name for p in seq]
     assert compile_all([], tmp_path / "par") == []
+    # the optimisation level is part of the key: a kernel's level builds its own library
+    kern = compile_all([(srcs[0], KERNEL_OPT), (srcs[0], LOOP_OPT)], tmp_path / "par", jobs=2)
+    assert KERNEL_OPT != LOOP_OPT and kern[1] == libs[0] and kern[0] != libs[0]
+    assert kern[0] == compile_source(srcs[0], tmp_path / "par", opt=KERNEL_OPT)
+    assert ctypes.CDLL(str(kern[0])).value_0() == 0
 
 
 def test_a_broken_source_fails_the_plan(tmp_path):
     with pytest.raises(CompileError, match="cc failed"):
-        compile_all([source(1), "int broken(void) { return }\n", source(3)], tmp_path, jobs=2)
+        compile_all([(source(1), LOOP_OPT), ("int broken(void) { return }\n", KERNEL_OPT),
+                     (source(3), LOOP_OPT)], tmp_path, jobs=2)
