@@ -42,7 +42,7 @@ static inline float __int_as_float(unsigned int i) { float f; memcpy(&f, &i, 4);
 static inline float __uint_as_float(unsigned int i) { float f; memcpy(&f, &i, 4); return f; }
 static inline double __longlong_as_double(unsigned long long i) {
   double d; memcpy(&d, &i, 8); return d; }
-// a warp is the block's emulated threads (AT_WARP, a power of two, defined before this
+// a warp is the block's emulated threads (AT_WARP, a power of two, defined after this
 // header): a shuffle is a store, a block barrier, the partner's load and a barrier
 static float at_shfl_f32[1024];
 static double at_shfl_f64[1024];
