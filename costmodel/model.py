@@ -102,8 +102,11 @@ def estimate(w: Workload, cand: Candidate, dev: DeviceSpec) -> CostEstimate:
                 frozenset(), lambda lay, _, g=g, k=sched.kernel: kernel_group(
                     w, g, fused, k, lay, dev, item)))
         elif sched.chain_block:
-            out.append(chain_group(w, chains[g.anchor], sched.chain_block, sched.tiles,
-                                   layout_of, mats, dev, item))
+            ch = chains[g.anchor]
+            out.append(_MEMO.price(
+                ("chain", w.hash, dev, item, ch, sched.chain_block, tuple(sched.tiles)),
+                layout_of, mats, lambda lay, ms, ch=ch, b=sched.chain_block, t=sched.tiles:
+                chain_group(w, ch, b, t, lay, ms, dev, item)))
         else:
             out.append(_MEMO.price(
                 ("loop", w.hash, dev, item, g, tuple(sched.tiles)), layout_of, mats,

@@ -10,6 +10,7 @@ from autotune.search.proposals import build_with_defaults
 from costmodel import model
 from costmodel.devices import CPU_DEFAULT
 from costmodel.memo import GroupMemo
+from search_spaces import load_workload
 from search_spaces.answers import params_of
 
 
@@ -43,6 +44,8 @@ def test_reused_prices_equal_fresh_ones(name, small, monkeypatch):
     monkeypatch.setattr(model, "_MEMO", _NoMemo())
     fresh = [model.estimate(w, c, CPU_DEFAULT) for c in cands]
     assert len(cands) > 100
+    # online-softmax chains among them (priced through the memo too)
+    assert name == "outer_product_mean" or any(s.chain_block for c in cands for s in c.schedules)
     assert with_memo == fresh          # every group's figures, not just the totals
     assert memo.hits > memo.misses     # neighbours share most of their groups
 
@@ -68,3 +71,21 @@ def test_the_memo_refuses_a_question_it_cannot_record():
     memo = GroupMemo()
     with pytest.raises(TypeError, match="materialized set"):
         memo.price("k", {}.get, {"b"}, lambda layout_of, mats: sorted(mats))
+
+
+def test_a_chain_is_priced_for_its_own_block(monkeypatch):
+    """Chains go through the memo too: the same chain walked in other blocks of its index is
+    priced afresh (the block is part of the key), each as the model prices it without one."""
+    w = load_workload("attention", {"S": 128, "H": 2, "D": 8, "C": 16})
+    space = space_for(w, "cpu")
+    base = params_of(space, next(c for c in (space.random(np.random.default_rng(s))
+                                             for s in range(200))
+                                 if any(x.chain_block for x in c.schedules)))
+    name = next(k for k, v in base.items() if k.startswith("chain_block:") and v)
+    cands = [build_with_defaults(space, {**base, name: b})[0] for b in space.chain_blocks(
+        name.split(":", 1)[1])]
+    monkeypatch.setattr(model, "_MEMO", GroupMemo())
+    with_memo = [model.estimate(w, c, CPU_DEFAULT) for c in cands]
+    monkeypatch.setattr(model, "_MEMO", _NoMemo())
+    assert with_memo == [model.estimate(w, c, CPU_DEFAULT) for c in cands]
+    assert len({e.total_s for e in with_memo}) > 1
