@@ -54,6 +54,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def fresh_price_memo(monkeypatch):
+    """Every test prices with an empty group memo (costmodel.memo): a test that changes a cost
+    term (monkeypatching its constant) gets none of another test's prices, nor leaves its own."""
+    from costmodel import model
+    monkeypatch.setattr(model, "_MEMO", type(model._MEMO)())
+
+
 @pytest.fixture
 def small():
     """``small(name)`` -> the built-in workload at dims small enough for a unit test."""

@@ -15,9 +15,10 @@ import pytest
 
 import costmodel
 from autotune.backends.factory import backend_kind
-from costmodel import chain_cost
+from costmodel import chain_cost, model
 from costmodel.chain_cost import row_refetch
 from costmodel.devices import CPU_DEFAULT
+from costmodel.memo import GroupMemo
 from search_spaces import load_workload
 from search_spaces.chain import WALKED, detect
 from search_spaces.plans import chained_plan
@@ -42,7 +43,10 @@ def _box(w, chain, tiles):
 
 
 def _chain(workload: str, dev=CPU_DEFAULT, **change):
-    """The chained plan's chain group of ``workload`` with its schedule's fields ``change``d."""
+    """The chained plan's chain group of ``workload`` with its schedule's fields ``change``d,
+    priced afresh (the tests change cost constants between calls; tests/conftest.py puts the
+    process's memo back after each test)."""
+    model._MEMO = GroupMemo()
     w = load_workload(workload)
     c = chained_plan(SearchSpace(w, backend_kind("cpu").tile_bounds))
     chain = next(s for s in c.schedules if s.chain_block)
