@@ -65,7 +65,8 @@ GATHERED_UPDATE_VEC = 0.25
 # them too, the projections that gather (attention's q, k, v) were overpriced 2-6x.
 STRIDED_ACCESS_FLOPS = 3.0
 
-_MEMO = GroupMemo()   # loop and kernel groups' prices, reused by candidates that price them alike
+# loop, kernel and chain groups' prices, reused by candidates that price them alike
+_MEMO = GroupMemo()
 
 
 def estimate(w: Workload, cand: Candidate, dev: DeviceSpec) -> CostEstimate:

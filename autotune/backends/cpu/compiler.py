@@ -94,10 +94,10 @@ def compile_source(src: str, cache_dir: Path, cc: str = "cc", opt: str = LOOP_OP
 def compile_all(units: list[tuple[str, str]], cache_dir: Path, jobs: int | None = None
                 ) -> list[Path]:
     """:func:`compile_source` of each (source, optimisation level), one compiler per core at a
-    time: a plan's groups
-    are separate translation units, and a candidate with generated kernels spent 4-5 s of its
-    trial compiling them one after the other at N=702 (seven kernels of 0.5-1 s each, 2 cores;
-    the worker compiles before it times anything, so the cores are free)."""
+    time: a plan's groups are separate translation units, and a candidate with generated
+    kernels spent 4-5 s of its trial compiling them one after the other at N=702 (seven
+    kernels of 0.5-1 s each, 2 cores; the worker compiles before it times anything, so the
+    cores are free)."""
     todo = list(dict.fromkeys(units))
 
     def one(unit: tuple[str, str]) -> Path:
