@@ -290,8 +290,12 @@ def _analyse(stmts: list[Statement], shapes: dict[str, tuple[int, ...]],
                     order.append(i)
         for n, i in enumerate(t.idx):
             if i not in bound:
+                # a where() condition bounds no index: `num[i,d] += where(j <= i, x[j,d], 0)`
+                # needs a tensor of i's extent read too (a user's first causal prefix sum)
                 raise loc.error(f"index {i!r} on the left appears in no access on the right, so "
-                                f"its extent is unknown", s.line, t.idx_cols[n])
+                                f"its extent is unknown (a where() condition does not set it): "
+                                f"read a tensor indexed by {i!r} in the statement",
+                                s.line, t.idx_cols[n])
         for node in walk(s.expr):
             if isinstance(node, PWhere):
                 check_indices(node, order, dims, loc, s.line)

@@ -100,7 +100,8 @@ WHERE_ERRORS = {
     "comparison as a where() branch": ("y[i] += where(i < k, x[i,k] > 0, 0)\n", 4, 29,
                                        "only allowed as the condition"),
     "index only in the condition and the left side": (
-        "z[i,j] = where(j <= i, x[i,k], 0)\n", 4, 5, "'j'", "extent is unknown"),
+        "z[i,j] = where(j <= i, x[i,k], 0)\n", 4, 5, "'j'", "extent is unknown",
+        "a where() condition does not set it", "read a tensor indexed by 'j'"),
     "a reduction index only in the condition": (
         "y[i] += where(j <= i, x[i,k], 0)\n", 4, 15, "unknown index 'j'"),
 }
