@@ -24,10 +24,9 @@ of half a tile along that axis (:func:`pair_half`), so that each tile's first ha
 first contraction's values and its second half the second's at the same elements; the
 epilogue reads them as ``{x}`` and ``{y}`` and stores one tile half into C, whose coordinate
 along the paired axis is half the kernel's.  A pair takes its whole K in one slice (the
-executor sets KC to at least K), so no partial sum is ever stored.  (The executor interleaved
-the two operands into a copy before each call until the packer took them apart: 210 us of
-NumPy strided copies a call at gated_mlp's 256 x 1024 weights, against ~30 us for the whole
-packing of that B.)
+executor sets KC to at least K), so no partial sum is ever stored.  (Interleaving the two
+operands into a copy before each call cost 210 us at gated_mlp's 256 x 1024 weights, against
+~30 us for the packer's whole packing of that B.)
 
 Threads: with ``split = "m"`` all threads share one B block, each micro-panel packed by the
 first thread to need it (``gemm_sync``), and take MC blocks of rows (fewer when rows are few);
@@ -47,9 +46,11 @@ from search_spaces.kernel import OUTER_A, KernelParams
 # float32 micro-kernel over L1/L2-resident panels ran 190-205 GFLOP/s rolled, 213-219 unrolled 4
 # times, 215-222 twice, 205-212 8 or 16 times (peak 243); 512 x 1024 x 256: 305-315 -> 316-328.
 UKR_UNROLL = 4
-
-STORE_ROWS = "rows"
-STORE_COLS = "cols"
+# A C tile is streamed only where its rows start on cache lines (bytes): a row straddling lines
+# leaves partial ones, sent out as partial writes (2-core Xeon, 49152 x 640 x 128: streamed 16
+# bytes past a line 128 GFLOP/s, on lines 193, not at all 232-236; bench/results/xeon-stream-*)
+STREAM_ALIGN = 64
+STORE_ROWS, STORE_COLS = "rows", "cols"
 
 
 @dataclass(frozen=True)
@@ -135,9 +136,8 @@ def micro_kernel(s: KernelSpec, name: str, packed_a: bool) -> str:
     direct = "1" if s.epilogue.identity else "!last"
     lines.append(f"  if (m == MR && n == NR && c_cs == 1 && {direct}) {{")
     if s.params.stream:
-        # streaming stores need 16-byte aligned rows: NumPy's arrays are
-        lines.append("    if (first == 2 && (((unsigned long)c | (unsigned long)(c_rs * (long)sizeof(T)))"
-                     " & 15) == 0) {")
+        lines.append(f"    if (first == 2 && (((unsigned long)c | (unsigned long)(c_rs * (long)"
+                     f"sizeof(T))) & {STREAM_ALIGN - 1}) == 0) {{")
         for i in range(mr):
             lines.append("      " + " ".join(f"stream16(c + {i} * c_rs + {j * lanes}, alpha * "
                                              f"{acc[i][j]});" for j in range(nv)))

@@ -14,7 +14,9 @@ from search_spaces.kernel import (OUTER_A, PACK_ALL_BYTES, SPLIT_BATCH, KernelBo
 from autotune.backends.cpu.executor import load_gemm_kernel
 from autotune.backends.cpu.gemm_call import store_for
 from autotune.backends.cpu.gemm_driver import kernel_source
-from autotune.backends.cpu.gemm_kernel import STORE_COLS, STORE_ROWS, KernelSpec, Transform
+from autotune.backends.buffers import aligned_empty
+from autotune.backends.cpu.gemm_kernel import (STORE_COLS, STORE_ROWS, STREAM_ALIGN, KernelSpec,
+                                               Transform)
 from autotune.backends.cpu.machine import machine_bounds
 
 
@@ -109,17 +111,21 @@ def test_k_slices_packed_at_once_or_one_by_one(kdir, dtype):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_streaming_stores_when_c_takes_one_k_slice(kdir, dtype):
-    """Streamed where the rows are 16-byte aligned, plain stores where not (an output that
-    starts one element into its buffer), accumulation as usual where K takes several slices."""
+    """Streamed where the rows start on cache lines, plain stores where not (an output that
+    starts one element or 16 bytes into a line-aligned buffer: 16 bytes streamed at 0.6x the
+    plain stores' rate), accumulation as usual where K takes several slices."""
     p = replace(_small(dtype), kc=64, stream=True)
     src = kernel_source(KernelSpec(p, dtype))
     assert "AT_STREAM_P" in src and "__builtin_ia32_movntp" in src and "SFENCE()" in src
+    assert f"& {STREAM_ALIGN - 1}) == 0" in src
     kern = load_gemm_kernel(KernelSpec(p, dtype), kdir)
     rng = np.random.default_rng(6)
+    item = np.dtype(dtype).itemsize
     for nb, m, n, k in [(1, 45, 64, 30), (2, 33, 70, 64), (1, 40, 48, 150)]:
         a, b = _operands(rng, dtype, nb, m, n, k, "rows")
-        for offset in (0, 1):
-            buf = np.full(nb * m * n + 8, np.nan, dtype=dtype)
+        for offset in (0, 1, 16 // item):
+            buf = aligned_empty(nb * m * n + 16, dtype)
+            buf[:] = np.nan
             c = buf[offset:offset + nb * m * n].reshape(nb, m, n)
             kern(a, b, c)
             _check(c, a, b)
