@@ -80,8 +80,9 @@ class ChainLoops(ChainVectors):
 
     def chain_buffers(self) -> list[tuple[str, int]]:
         B, R = self.block, self.R
-        return [(f"S_{t}", B * R) for t in self.chain.scores] + \
-            [("XB", B * R), ("PB", B * R), ("ACC", max(self.acc_size, 1) * R * self.G)]
+        # XB (the scores a softmax step takes its max over) only where there is a max
+        return [(f"S_{t}", B * R) for t in self.chain.scores] + [("XB", B * R)] * \
+            self.chain.softmax + [("PB", B * R), ("ACC", max(self.acc_size, 1) * R * self.G)]
 
     # ---- one row, or one of a step's rows (``rr``) ---------------------------------------------
     def slot(self, buf: str) -> str:
