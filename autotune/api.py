@@ -10,6 +10,7 @@ import os
 import warnings
 from pathlib import Path
 
+from db.errors import missing_db
 from db.keys import PlanKey
 from db.records import BestPlan
 from db.store import PlanDB, default_db_path
@@ -39,8 +40,14 @@ def plan_db_path(db: str | os.PathLike | None = None) -> Path:
     return Path(db if db is not None else default_db_path())
 
 
-def open_db(db: str | os.PathLike | None = None) -> PlanDB:
-    return PlanDB(plan_db_path(db))
+def open_db(db: str | os.PathLike | None = None, create: bool = True) -> PlanDB:
+    """The plan database; ``create=False`` (commands that only read it) refuses one that does
+    not exist, naming the path and the fix, instead of leaving an empty one (and its folders)
+    behind a mistyped ``--db``."""
+    path = plan_db_path(db).expanduser()
+    if not create and not path.exists():
+        raise missing_db(path)
+    return PlanDB(path)
 
 
 def space_for(w: Workload, kind: str) -> SearchSpace:
@@ -97,6 +104,8 @@ def stale_reasons_for(w: Workload, device: str = "cpu", db=None) -> list[str]:
     from this machine's ("device", "library versions", ...); [] if none is cached."""
     from db.keys import stale_reasons
     current = PlanKey.for_env(w.hash, resolve(device))
+    if not plan_db_path(db).expanduser().exists():
+        return []
     store = open_db(db)
     try:
         rows = store.best_rows(w.hash)

@@ -9,8 +9,13 @@ from autotune.cli.common import Db, _api, handled
 @handled
 def db_check(db: Db = None):
     """Diagnose the plan database without modifying it; exit 1 if anything is wrong."""
+    from pathlib import Path
+
     from db import check_file, default_db_path
+    from db.errors import missing_db
     path = db or str(default_db_path())
+    if not Path(path).expanduser().exists():
+        raise missing_db(path)        # one line: no recovery advice for a file that is not there
     problems = check_file(path)
     if not problems:
         typer.echo(f"{path}: OK" + _older_schema_note(path))
@@ -53,7 +58,7 @@ def cache_prune(db: Db = None,
     from db.keys import PlanKey
     from autotune.environment import detect
     env = detect(device)
-    store = _api().open_db(db)
+    store = _api().open_db(db, create=False)
     try:
         stale = store.stale_rows(PlanKey.for_env("", env))
         for r in stale:

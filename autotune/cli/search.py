@@ -140,7 +140,7 @@ def show_best(workload: CachedWorkloadArg = None, dims: Dims = None, db: Db = No
     """Show the best cached plan per key: time, prediction, speedups, trial counts."""
     from autotune.report.best import best_report
     wh = load(workload, dims).hash if workload else None
-    rows = best_report(_api().open_db(db), wh)
+    rows = best_report(_api().open_db(db, create=False), wh)
     if fmt == "json":
         typer.echo(json.dumps(rows, indent=2))
         return

@@ -86,13 +86,15 @@ def _text(dims) -> str:
 def _resolve(w: Workload, device: str, db) -> tuple[Plan, Resolution]:
     env = resolve(device)
     root = cache_root(Path(db) if db is not None else None)
-    store = open_db(db)
-    try:
-        key = PlanKey.for_env(w.hash, env)
-        best = store.best(key.key)
-        shapes = [] if best else tuned_shapes(w, key, store)
-    finally:
-        store.close()
+    key = PlanKey.for_env(w.hash, env)
+    best, shapes = None, []
+    if Path(db_path(db)).exists():     # a lookup leaves no empty database behind
+        store = open_db(db)
+        try:
+            best = store.best(key.key)
+            shapes = [] if best else tuned_shapes(w, key, store)
+        finally:
+            store.close()
     if best is not None:
         cand = best.to_candidate()
         return make_executable(w, cand, env.kind, root), \

@@ -243,7 +243,7 @@ def key_trials(w, device: str = "cpu", db=None) -> tuple[str, list[StoredTrial]]
     from autotune.api import open_db
     from autotune.backends.factory import resolve
     key = PlanKey.for_env(w.hash, resolve(device)).key
-    store = open_db(db)
+    store = open_db(db, create=False)
     try:
         return key, store.trials(key)
     finally:
