@@ -46,7 +46,7 @@ def open_db(db: str | os.PathLike | None = None, create: bool = True) -> PlanDB:
     behind a mistyped ``--db``."""
     path = plan_db_path(db).expanduser()
     if not create and not path.exists():
-        raise missing_db(path)
+        raise missing_db(path, given=db is not None)
     return PlanDB(path)
 
 

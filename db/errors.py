@@ -10,7 +10,9 @@ class DBError(Exception):
     the way out.  The file is never modified when this is raised on open."""
 
 
-def missing_db(path) -> DBError:
-    """The error for a command that only reads the database, given a path where none is."""
-    return DBError(f"{path}: no plan database there; run `autotune search --db {path}` to make "
-                   f"one, or pass the --db a search wrote")
+def missing_db(path, given: bool = True) -> DBError:
+    """The error for a command that only reads the database, given a path where none is
+    (``given``: named by --db, not the default one)."""
+    search = f"autotune search --db {path}" if given else "autotune search"
+    return DBError(f"{path}: no plan database there; run `{search}` to make one, or pass the "
+                   f"--db a search wrote")

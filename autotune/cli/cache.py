@@ -15,7 +15,7 @@ def db_check(db: Db = None):
     from db.errors import missing_db
     path = db or str(default_db_path())
     if not Path(path).expanduser().exists():
-        raise missing_db(path)        # one line: no recovery advice for a file that is not there
+        raise missing_db(path, db is not None)    # one line: no recovery advice for no file
     problems = check_file(path)
     if not problems:
         typer.echo(f"{path}: OK" + _older_schema_note(path))

@@ -31,6 +31,16 @@ def test_a_read_of_a_missing_database_is_refused_and_creates_nothing(tmp_path, a
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_default_database_missing_says_to_search(tmp_path, monkeypatch):
+    db = tmp_path / "cache" / "plans.sqlite"
+    monkeypatch.setenv("AUTOTUNE_DB", str(db))
+    r = runner.invoke(app, ["show-best"])
+    assert r.exit_code == 1 and r.stderr.strip() == (
+        f"autotune: {db}: no plan database there; run `autotune search` to make one, or pass "
+        f"the --db a search wrote")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_library_lookups_create_no_database(tmp_path):
     w = autotune.load_workload("trimul_outgoing", dims={"N": 8, "C": 4})
     db = tmp_path / "none" / "plans.sqlite"
