@@ -91,7 +91,19 @@ def check(got, a, b, rows) -> float:
     return float(np.abs(got[:, rows] - ref).max() / max(np.abs(ref).max(), 1e-30))
 
 
-def bench_shape(shape, dtype, variants, rounds, seed, cache_dir, log) -> dict:
+def c_buffer(shape, dtype, offset: int | None):
+    """The kernel's C: NumPy's own allocation (``offset`` None: 16 bytes past a cache line
+    here), else starting ``offset`` bytes past a line."""
+    import numpy as np
+    from autotune.backends.buffers import aligned_empty
+    if offset is None:
+        return np.empty(shape, dtype=dtype)
+    size, skip = int(np.prod(shape)), offset // np.dtype(dtype).itemsize
+    return aligned_empty(size + skip, dtype)[skip:].reshape(shape)
+
+
+def bench_shape(shape, dtype, variants, rounds, seed, cache_dir, log,
+                c_offsets: tuple = (None,)) -> dict:
     import numpy as np
     from search_spaces.kernel import KernelParams
     from autotune.backends.cpu.executor import load_gemm_kernel
@@ -105,11 +117,13 @@ def bench_shape(shape, dtype, variants, rounds, seed, cache_dir, log) -> dict:
     calls = {"blas": (lambda: np.matmul(a[0], b[0], out=outs["blas"][0])) if nb == 1
              else (lambda: np.matmul(a, b, out=outs["blas"]))}
     params: dict[str, KernelParams] = {}
-    for name, p in variants.items():
-        c = outs[name] = np.empty((nb, m, n), dtype=dtype)
-        kern = load_gemm_kernel(KernelSpec(p, dtype, store_for(c)), str(cache_dir))
-        params[name] = p
-        calls[name] = (lambda kern=kern, c=c: kern(a, b, c))
+    for v, p in variants.items():
+        for off in c_offsets:
+            name = v if off is None else f"{v}@{off}"
+            c = outs[name] = c_buffer((nb, m, n), dtype, off)
+            kern = load_gemm_kernel(KernelSpec(p, dtype, store_for(c)), str(cache_dir))
+            params[name] = p
+            calls[name] = (lambda kern=kern, c=c: kern(a, b, c))
     rows = np.unique(rng.integers(0, m, size=min(m, 512)))
     errors = {}
     for name, fn in calls.items():
@@ -154,9 +168,21 @@ def main(argv: list[str] | None = None) -> int:
                     help="kernel parameter overrides, e.g. mr=12,nr=32,kc=384,pack_a=0")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"), help="JSON output folder")
+    ap.add_argument("--c-offsets", default="",
+                    help="bytes past a cache line the kernel's C starts at, e.g. 0,16: each "
+                         "variant runs once per offset, named VARIANT@OFFSET (default: NumPy's "
+                         "allocation)")
     args = ap.parse_args(argv)
     if args.rounds < 1:
         raise SystemExit("--rounds must be at least 1")
+    try:
+        offsets = tuple(int(x) for x in args.c_offsets.split(",")) if args.c_offsets else (None,)
+    except ValueError:
+        raise SystemExit(f"--c-offsets {args.c_offsets!r}: comma-separated byte counts, e.g. 0,16")
+    if any(o is not None and (o < 0 or o % (4 if args.dtype == "float32" else 8))
+           for o in offsets):
+        raise SystemExit(f"--c-offsets {args.c_offsets!r}: each a non-negative multiple of the "
+                         f"element size")
     import numpy as np
     from search_spaces.kernel import default_params, legalize
     from autotune.backends.cpu import probes
@@ -181,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         results = []
         for text in args.shapes.split(","):
             res = bench_shape(parse_shape(text), args.dtype, variants, args.rounds, args.seed,
-                              Path(cache), lambda s: print(s, flush=True))
+                              Path(cache), lambda s: print(s, flush=True), offsets)
             res["peak_vs_blas"] = peak / res["gflops"]["blas"]
             results.append(res)
     load_after = os.getloadavg()

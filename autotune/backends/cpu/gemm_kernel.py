@@ -48,7 +48,7 @@ from search_spaces.kernel import OUTER_A, KernelParams
 UKR_UNROLL = 4
 # A C tile is streamed only where its rows start on cache lines (bytes): a row straddling lines
 # leaves partial ones, sent out as partial writes (2-core Xeon, 49152 x 640 x 128: streamed 16
-# bytes past a line 128 GFLOP/s, on lines 193, not at all 232-236; bench/results/xeon-stream-*)
+# bytes past a line 136 GFLOP/s, on lines 200, not at all 236-244; bench/results/xeon-stream-*)
 STREAM_ALIGN = 64
 STORE_ROWS, STORE_COLS = "rows", "cols"
 

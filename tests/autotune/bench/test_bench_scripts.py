@@ -31,13 +31,16 @@ def only_json(folder):
 
 
 def test_gemm_kernel_bench_checks_the_kernel_against_blas(tmp_path):
-    run_script("gemm_kernel.py", "--rounds", "1", "--shapes", "48x40x24,2x16x24x8",
-               "--variant", "pack_a=0", "--out", str(tmp_path / "out"), tmp_path=tmp_path)
+    # C on a cache line and 16 bytes past one (streamed only on lines), each checked
+    run_script("gemm_kernel.py", "--rounds", "1", "--shapes", "48x64x24,2x16x32x8",
+               "--variant", "pack_a=0,stream=1", "--c-offsets", "0,16",
+               "--out", str(tmp_path / "out"), tmp_path=tmp_path)
     d = only_json(tmp_path / "out")
     assert d["float32_fma_peak_gflops"] > 0
-    assert [r["label"] for r in d["results"]] == ["48x40x24", "2x16x24x8"]
+    assert [r["label"] for r in d["results"]] == ["48x64x24", "2x16x32x8"]
     for r in d["results"]:
-        assert set(r["median_s"]) == {"blas", "default", "pack_a=0"}
+        assert set(r["median_s"]) == {"blas", "default@0", "default@16", "pack_a=0,stream=1@0",
+                                      "pack_a=0,stream=1@16"}
         assert all(0 < t for t in r["median_s"].values())
         assert max(r["max_rel_error"].values()) < 1e-4, r["max_rel_error"]
 
