@@ -360,6 +360,7 @@ def test_cli_show_best_table_and_rerun_continues_nothing(w, cli_search):
 
 
 def test_cli_show_best_empty_db_is_one_line_error(tmp_path):
+    PlanDB(tmp_path / "none.sqlite").close()    # empty (a missing one: test_missing_db)
     r = runner.invoke(app, ["show-best", "trimul_outgoing", "--dims", DIMS_CLI, "--db",
                             str(tmp_path / "none.sqlite")])
     assert r.exit_code == 1
