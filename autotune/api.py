@@ -40,14 +40,19 @@ def plan_db_path(db: str | os.PathLike | None = None) -> Path:
     return Path(db if db is not None else default_db_path())
 
 
+def db_exists(db: str | os.PathLike | None = None) -> bool:
+    """Whether the plan database ``db`` (else the default one) is there: a lookup that finds
+    none answers "nothing cached" without creating it."""
+    return plan_db_path(db).expanduser().exists()
+
+
 def open_db(db: str | os.PathLike | None = None, create: bool = True) -> PlanDB:
     """The plan database; ``create=False`` (commands that only read it) refuses one that does
     not exist, naming the path and the fix, instead of leaving an empty one (and its folders)
     behind a mistyped ``--db``."""
-    path = plan_db_path(db).expanduser()
-    if not create and not path.exists():
-        raise missing_db(path, given=db is not None)
-    return PlanDB(path)
+    if not create and not db_exists(db):
+        raise missing_db(plan_db_path(db).expanduser(), given=db is not None)
+    return PlanDB(plan_db_path(db))
 
 
 def space_for(w: Workload, kind: str) -> SearchSpace:
@@ -89,7 +94,7 @@ def best_candidate(w: Workload, device: str = "cpu", db=None
     """The cached best plan for ``w`` on ``device`` (its candidate and its record), or Nones
     (a database that does not exist is not created to say so)."""
     env = resolve(device)
-    if not plan_db_path(db).expanduser().exists():
+    if not db_exists(db):
         return None, None
     store = open_db(db)
     try:
@@ -104,7 +109,7 @@ def stale_reasons_for(w: Workload, device: str = "cpu", db=None) -> list[str]:
     from this machine's ("device", "library versions", ...); [] if none is cached."""
     from db.keys import stale_reasons
     current = PlanKey.for_env(w.hash, resolve(device))
-    if not plan_db_path(db).expanduser().exists():
+    if not db_exists(db):
         return []
     store = open_db(db)
     try:

@@ -9,12 +9,10 @@ from autotune.cli.common import Db, _api, handled
 @handled
 def db_check(db: Db = None):
     """Diagnose the plan database without modifying it; exit 1 if anything is wrong."""
-    from pathlib import Path
-
     from db import check_file, default_db_path
     from db.errors import missing_db
     path = db or str(default_db_path())
-    if not Path(path).expanduser().exists():
+    if not _api().db_exists(db or None):
         raise missing_db(path, db is not None)    # one line: no recovery advice for no file
     problems = check_file(path)
     if not problems:

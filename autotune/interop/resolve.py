@@ -20,8 +20,8 @@ from db.store import default_db_path
 from search_spaces.plans import named_plan
 from search_spaces.workload import Workload
 
-from autotune.api import (NoCachedPlanWarning, cache_root, make_executable, open_db, space_for,
-                          stale_reasons_for)
+from autotune.api import (NoCachedPlanWarning, cache_root, db_exists, make_executable, open_db,
+                          space_for, stale_reasons_for)
 from autotune.backends.base import Plan
 from autotune.backends.factory import resolve
 from autotune.interop.adapt import adapt, tuned_shapes, verified
@@ -88,7 +88,7 @@ def _resolve(w: Workload, device: str, db) -> tuple[Plan, Resolution]:
     root = cache_root(Path(db) if db is not None else None)
     key = PlanKey.for_env(w.hash, env)
     best, shapes = None, []
-    if Path(db_path(db)).exists():     # a lookup leaves no empty database behind
+    if db_exists(db):     # a lookup leaves no empty database behind
         store = open_db(db)
         try:
             best = store.best(key.key)
