@@ -68,6 +68,10 @@ class KernelCosts:
     short_tile: float = 1.0      # a register tile of at most 4 rows
     one_vector: float = 1.0      # a register tile one vector wide
     outer_a: float = 1.0         # the A-panel-outer loop order
+    # the A-panel-outer order once its KC x NC block of B outgrows half the core's L2
+    # (tile_cache_bytes): raised to the block's excess over that half, in L2s
+    # (costmodel.kernel_cost.b_block_excess)
+    outer_a_spill: float = 1.0
     barrier_s: float = 0.0       # one barrier of the threads sharing a batch item (split "m")
     # the share of its traffic's time (bytes / bandwidth) a product whose operands all fit in
     # the last-level cache still pays: its reads come from the cache, not DRAM

@@ -27,13 +27,14 @@ from search_spaces.kernel_fusion import Prologue, extra_strides, kernel_parts, p
 from search_spaces.footprint import strides
 from search_spaces.gemm import as_matrix_view, gemm_form, group_size, operand_groups, staged_run
 from search_spaces.ir import accesses
-from search_spaces.kernel import OUTER_A, PACK_ALL_BYTES, SPLIT_BATCH, KernelParams, pair_params
+from search_spaces.kernel import PACK_ALL_BYTES, SPLIT_BATCH, KernelParams, pair_params
 from search_spaces.partition import Group
 from search_spaces.serial import kernel_serial
 from search_spaces.symmetry import computed_share, symmetric_kernel
 
 from .devices import DeviceSpec
 from .estimate import FusedProducer, GroupCost
+from .kernel_factors import kernel_flags
 from .kernel_traffic import (c_passes, live_c_bytes, packed_b_bytes, traffic_floor_s,
                              traffic_share)
 from .rates import GEMM_FLOOR, SMALL_GEMM, copy_waste, kernel_launch_s, transcendental_weight
@@ -120,25 +121,6 @@ def _others(w, fused_op, is_value, to_p, grp, ext, role, layout_of, item):
     return out
 
 
-# A read in place: its rows' length decides the cost (short rows lie side by side as a packed
-# panel does, long ones put the mr lines far apart): docs/costmodel.md, section 3.
-SHORT_ROW_BYTES = 256
-
-
-def kernel_flags(p: KernelParams | None, item: int, kk: int, c_bytes: float,
-                 dev: DeviceSpec) -> dict[str, bool]:
-    """Which of the :class:`~costmodel.devices.KernelCosts` factors apply to parameters ``p``
-    (none for a hand-written candidate without them): ``kk`` is the contraction's depth and
-    ``c_bytes`` the size of what the kernel writes."""
-    if p is None:
-        return {}
-    short = kk * item <= SHORT_ROW_BYTES
-    return {"stream_cached": p.stream and kk <= p.kc and c_bytes <= dev.cache_bytes,
-            "unpacked_a": not p.pack_a and not short, "unpacked_a_short": not p.pack_a and short,
-            "unpacked_b": not p.pack_b, "short_tile": p.mr <= 4,
-            "one_vector": p.nr <= p.lanes(item), "outer_a": p.outer == OUTER_A}
-
-
 def kernel_threads(b: int, m: int, n: int, kk: int, p: KernelParams | None,
                    dev: DeviceSpec, item: int = 4) -> tuple[float, int]:
     """(share of the cores kept busy, barriers between them) for a ``b`` x (m x n x kk) product.
@@ -183,8 +165,8 @@ def kernel_compute_s(b: int, m: int, n: int, kk: int, p: KernelParams | None, it
     mr, nr = (p.mr, p.nr) if p is not None else (1, 1)
     occ, barriers = kernel_threads(b, m, n, kk, p, dev, item)
     eff = tile_use(m, mr) * tile_use(n, nr) * min(1.0, kk / SMALL_GEMM) ** 0.5 * occ
-    factor = math.prod(getattr(dev.kernel, name)
-                       for name, on in kernel_flags(p, item, kk, c_bytes, dev).items() if on)
+    factor = math.prod(getattr(dev.kernel, name) ** on
+                       for name, on in kernel_flags(p, item, kk, n, c_bytes, dev).items() if on)
     rate = dev.kernel_flops or dev.gemm_flops
     # no configuration outruns the FMA peak on the lanes and cores it keeps busy (a factor
     # under 1, outer=a's, would price one above it)

@@ -23,8 +23,8 @@ import numpy as np
 from search_spaces.kernel import KernelParams
 
 from .devices import DeviceSpec, KernelCosts
-from .kernel_cost import (kernel_flags, kernel_threads, peak_flops, plain_kernel_parts,
-                          plain_kernel_s)
+from .kernel_cost import kernel_threads, peak_flops, plain_kernel_parts, plain_kernel_s
+from .kernel_factors import kernel_flags
 
 FACTORS = tuple(f.name for f in fields(KernelCosts) if f.name not in ("barrier_s",
                                                                        "cached_traffic"))
@@ -83,9 +83,9 @@ def _bounded_lstsq(x: np.ndarray, y: np.ndarray, used: list[str], c0_min: float)
             held[j] = c0_min if j == 0 else 0.0
 
 
-def _flags(s: KernelSample, item: int, dev: DeviceSpec) -> dict[str, bool]:
+def _flags(s: KernelSample, item: int, dev: DeviceSpec) -> dict[str, float]:
     b, m, n, k = s.shape
-    return kernel_flags(s.params, item, k, float(b * m * n * item), dev)
+    return kernel_flags(s.params, item, k, n, float(b * m * n * item), dev)
 
 
 def fit_kernel_costs(samples: list[KernelSample], dev: DeviceSpec, item: int = 4) -> KernelFit:
@@ -95,7 +95,8 @@ def fit_kernel_costs(samples: list[KernelSample], dev: DeviceSpec, item: int = 4
         raise ValueError("no kernel samples to fit")
     rate0 = dev.kernel_flops or dev.gemm_flops
     flags = [_flags(s, item, dev) for s in samples]
-    used = [f for f in FACTORS if 0 < sum(fl[f] for fl in flags) < len(samples)]
+    # a factor is fitted where the samples vary its exponent (and some have it)
+    used = [f for f in FACTORS if len({fl[f] for fl in flags}) > 1]
     x = np.array([[1.0] + [float(fl[f]) for f in used] for fl in flags])
     barriers = [kernel_threads(*s.shape, s.params, dev)[1] for s in samples]
     # (the neutral arithmetic without the peak's floor: the fit stays linear in the logs)

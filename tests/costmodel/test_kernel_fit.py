@@ -12,12 +12,13 @@ import pytest
 
 from autotune.backends.cpu.kernel_probe import random_params
 from costmodel.devices import CPU_DEFAULT, KernelCosts
-from costmodel.kernel_cost import kernel_compute_s, kernel_flags, kernel_threads, plain_kernel_s
+from costmodel.kernel_cost import kernel_compute_s, kernel_threads, plain_kernel_s
+from costmodel.kernel_factors import b_block_excess, kernel_flags
 from costmodel.kernel_fit import KernelSample, fit_kernel_costs
 from search_spaces.kernel import KernelBounds, KernelParams
 
 BOUNDS = KernelBounds(vec_bytes=(64, 32, 16), registers=32, cores=2)
-SHAPES = ((1, 512, 1024, 256), (8, 256, 256, 32), (1, 4096, 512, 128))
+SHAPES = ((1, 512, 1024, 256), (8, 256, 256, 32), (1, 4096, 512, 128), (1, 512, 2048, 512))
 
 
 def params(**kw) -> KernelParams:
@@ -28,14 +29,40 @@ def params(**kw) -> KernelParams:
 def test_the_flags_of_a_configuration():
     dev = CPU_DEFAULT
     p = params(mr=4, nr=16, pack_a=False, stream=True, outer="a")
-    on = kernel_flags(p, 4, 128, 1e6, dev)
-    assert on == {"stream_cached": True, "unpacked_a": True, "unpacked_a_short": False,
-                  "unpacked_b": False,
-                  "short_tile": True, "one_vector": True, "outer_a": True}
+    on = kernel_flags(p, 4, 128, 256, 1e6, dev)
+    assert on == {"stream_cached": 1.0, "unpacked_a": 1.0, "unpacked_a_short": 0.0,
+                  "unpacked_b": 0.0, "short_tile": 1.0, "one_vector": 1.0, "outer_a": 1.0,
+                  "outer_a_spill": 0.0}
     # streaming pays off (no factor) when C outgrows the cache or takes more than one K slice
-    assert not kernel_flags(p, 4, 128, 10 * dev.cache_bytes, dev)["stream_cached"]
-    assert not kernel_flags(p, 4, 512, 1e6, dev)["stream_cached"]
-    assert kernel_flags(None, 4, 128, 1e6, dev) == {}
+    assert not kernel_flags(p, 4, 128, 1024, 10 * dev.cache_bytes, dev)["stream_cached"]
+    assert not kernel_flags(p, 4, 512, 1024, 1e6, dev)["stream_cached"]
+    assert kernel_flags(None, 4, 128, 1024, 1e6, dev) == {}
+
+
+def test_the_a_panel_outer_order_pays_for_a_b_block_past_half_the_l2():
+    """outer=a sweeps the KC x NC block of B once per A micro-panel: its spill factor's
+    exponent is the block's excess over half the core's L2, in L2s, and nothing for outer=b."""
+    dev = replace(CPU_DEFAULT, tile_cache_bytes=2 * 2**20)
+    p = params(outer="a", kc=256, nc=8192)
+    # 256 x 1024 floats: 1 MiB, half the L2: no excess; 256 x 2048: 2 MiB, half an L2 past
+    assert b_block_excess(p, 4, 512, 1024, dev) == 0.0
+    assert b_block_excess(p, 4, 512, 2048, dev) == pytest.approx(0.5)
+    # the block is KC deep at most (K shorter: K) and NC wide at most, in whole micro-panels
+    assert b_block_excess(p, 4, 128, 4096, dev) == pytest.approx(0.5)
+    assert b_block_excess(params(outer="a", kc=256, nc=1024), 4, 512, 4096, dev) == 0.0
+    assert b_block_excess(p, 4, 512, 1000, dev) == b_block_excess(p, 4, 512, 1024, dev)
+    assert b_block_excess(p, 8, 512, 2048, dev) == pytest.approx(1.5)
+    assert kernel_flags(p, 4, 512, 2048, 1e9, dev)["outer_a_spill"] == pytest.approx(0.5)
+    assert kernel_flags(params(kc=256), 4, 512, 2048, 1e9, dev)["outer_a_spill"] == 0.0
+    # the factor is raised to that exponent: the same block on a core with half the L2
+    # (1.5 L2s past) pays it three times over
+    base = replace(dev, f32_flops=0.0, kernel=KernelCosts())
+    dear = replace(base, kernel=KernelCosts(outer_a_spill=2.0))
+    for l2, f in ((2 * 2**20, 2.0 ** 0.5), (2**20, 2.0 ** 1.5), (8 * 2**20, 1.0)):
+        args = (1, 512, 2048, 512, p, 4, 4e6)
+        got = kernel_compute_s(*args, replace(dear, tile_cache_bytes=l2))
+        assert got == pytest.approx(f * kernel_compute_s(*args, replace(base,
+                                                                        tile_cache_bytes=l2)))
 
 
 def test_a_read_in_place_is_priced_by_its_rows_length():
@@ -43,9 +70,9 @@ def test_a_read_in_place_is_priced_by_its_rows_length():
     p = params(pack_a=False)
     for kk, item, short in ((32, 4, True), (64, 4, True), (65, 4, False), (256, 4, False),
                             (32, 8, True), (33, 8, False)):
-        on = kernel_flags(p, item, kk, 1e6, CPU_DEFAULT)
+        on = kernel_flags(p, item, kk, 1024, 1e6, CPU_DEFAULT)
         assert (on["unpacked_a_short"], on["unpacked_a"]) == (short, not short), (kk, item)
-    packed = kernel_flags(params(), 4, 32, 1e6, CPU_DEFAULT)
+    packed = kernel_flags(params(), 4, 32, 1024, 1e6, CPU_DEFAULT)
     assert not packed["unpacked_a"] and not packed["unpacked_a_short"]
     # each factor scales only its own configurations' arithmetic (no FMA peak to bound it)
     base = replace(CPU_DEFAULT, f32_flops=0.0, kernel=KernelCosts())
@@ -165,11 +192,16 @@ def synthetic(costs: KernelCosts, rate: float, noise: float, seed: int,
 
 def test_the_fit_recovers_the_factors_it_is_given():
     truth = KernelCosts(stream_cached=1.6, unpacked_a=1.0, unpacked_b=1.2, short_tile=1.3,
-                        one_vector=1.1, outer_a=0.9, barrier_s=16e-6)
-    fit = fit_kernel_costs(synthetic(truth, 150e9, 0.03, 0), CPU_DEFAULT)
+                        one_vector=1.1, outer_a=0.9, outer_a_spill=2.0, barrier_s=16e-6)
+    # a 512 KiB L2: the samples' B blocks range from inside half of it to a few L2s past
+    dev = replace(CPU_DEFAULT, tile_cache_bytes=512 * 1024)
+    samples = synthetic(truth, 150e9, 0.03, 0, dev)
+    assert 0 < sum(kernel_flags(s.params, 4, s.shape[3], s.shape[2], 1e9, dev)["outer_a_spill"]
+                   > 0 for s in samples) < len(samples)
+    fit = fit_kernel_costs(samples, dev)
     assert fit.kernel_flops == pytest.approx(150e9, rel=0.05)
     for name in ("stream_cached", "unpacked_a", "unpacked_b", "short_tile", "one_vector",
-                 "outer_a"):
+                 "outer_a", "outer_a_spill"):
         assert getattr(fit.costs, name) == pytest.approx(getattr(truth, name), rel=0.06), name
     assert fit.costs.barrier_s == pytest.approx(16e-6, rel=0.5)
     assert fit.rms_log_after < fit.rms_log_before

@@ -40,8 +40,11 @@ from autotune.cache_dirs import kernels_dir
 #     (gemm_driver), its short_tile and one_vector factors held at 1 or more
 #     (costmodel.kernel_fit.AT_LEAST_ONE): a version 10 fit may price 4-row tiles faster
 # 12: A read in place priced by its rows' length (kernel.unpacked_a for rows over 256 bytes,
-#     kernel.unpacked_a_short for the rest: costmodel.kernel_cost.SHORT_ROW_BYTES)
-CALIBRATION_VERSION = 12
+#     kernel.unpacked_a_short for the rest: costmodel.kernel_factors.SHORT_ROW_BYTES)
+# 13: + the core's L2 (tile_cache_bytes, from Linux) and the A-panel-outer order's price once
+#     its B block outgrows half of it (kernel.outer_a_spill), a wide shape among the kernel's
+#     probes (kernel_probe.KERNEL_SHAPES) to fit it
+CALIBRATION_VERSION = 13
 CALIBRATION_FILE = "calibration-cpu.json"
 DEFAULT_GEMM_N = 2048
 DEFAULT_COPY_MB = 256
@@ -103,7 +106,8 @@ def calibrate_cpu(gemm_n: int = DEFAULT_GEMM_N, copy_mb: float = DEFAULT_COPY_MB
 # scalar fields of DeviceSpec a calibration record may set, their types, and whether 0 is valid
 _FIELDS = {"gemm_flops": (float, False), "bandwidth": (float, False),
            "loop_flops": (float, False), "f32_flops": (float, False),
-           "cache_bytes": (float, False), "parallel_units": (int, False),
+           "cache_bytes": (float, False), "tile_cache_bytes": (float, False),
+           "parallel_units": (int, False),
            "launch_s": (float, False), "region_s": (float, True),
            "thread_start_s": (float, True), "library_call_s": (float, True),
            "kernel_call_s": (float, True),

@@ -114,6 +114,9 @@ def measure(gemm_n: int, copy_mb: float, repeats: int, cache_dir: Path,
                                                            kernel=True), errors, "kernel_call_s")
     if kernel_call is not None:
         ev["kernel_group_call_s"] = kernel_call
+    # the private L2 a core's tiles and the kernel's blocks work in (costmodel's
+    # tile_cache_bytes), as Linux reports it
+    ev["l2_bytes"] = machine_bounds().l2_bytes
     llc = _last_level_cache()
     if llc:
         ev["reported_cache_bytes"] = ev["cache_bytes"] = llc
@@ -150,6 +153,8 @@ def terms(ev: dict, cores: int) -> dict:
            # not measured: generated loops reach a fraction of BLAS, never less than the default
            "loop_flops": loop_flops, "parallel_units": cores,
            "gemm_shapes": gemm_factors(gemm, ev["gemm_class_flops"])}
+    if ev.get("l2_bytes"):
+        out["tile_cache_bytes"] = float(ev["l2_bytes"])
     if "transpose_bandwidth" in ev:
         transpose = max(1.0, bw / ev["transpose_bandwidth"])
         # the transposing copy reads unit-stride (one byte per byte) and writes strided
@@ -187,7 +192,8 @@ def terms(ev: dict, cores: int) -> dict:
     if ev.get("kernel_samples"):
         # the kernel's terms are fitted against the model with this machine's other terms
         known = {k: out[k] for k in ("gemm_flops", "f32_flops", "bandwidth", "parallel_units",
-                                     "launch_s", "region_s", "thread_start_s", "kernel_call_s")
+                                     "launch_s", "region_s", "thread_start_s", "kernel_call_s",
+                                     "tile_cache_bytes")
                  if k in out}
         dev = replace(CPU_DEFAULT, cache_bytes=float(ev.get("cache_bytes",
                                                             CPU_DEFAULT.cache_bytes)), **known)
@@ -280,6 +286,8 @@ def report_lines(rec: dict) -> list[str]:
                   f"working set: {', '.join(f'{k >> 20} MiB {v / 1e9:.0f}' for k, v in reach)})"
                   if reach else "")
     out.append(f"cores:      {rec['parallel_units']}"
+               + (f"   L2: {rec['tile_cache_bytes'] / 2**20:.2g} MiB a core"
+                  if "tile_cache_bytes" in rec else "")
                + (f"   last-level cache: {rec['cache_bytes'] / 2**20:.0f} MiB{reach_text}"
                   if "cache_bytes" in rec else ""))
     return out

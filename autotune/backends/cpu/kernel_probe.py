@@ -2,8 +2,9 @@
 at three shape classes, and the kernel's terms fitted to them (:mod:`costmodel.kernel_fit`).
 
 The shapes are where the kernel's parameters matter in the built-in blocks: a mid-size product
-(an MLP layer), a batch of small products with a short K (attention heads), and a tall product
-with K = 128 (the trimul projections).  Each configuration's result is checked against the
+(an MLP layer), a batch of small products with a short K (attention heads), a tall product
+with K = 128 (the trimul projections), and a wide one whose KC x NC blocks of B reach past a
+core's L2 (an MLP's 4x expansion: the A-panel-outer order's cost, kernel.outer_a_spill).  Each configuration's result is checked against the
 float64 product before it is timed; one that is wrong stops the calibration (the kernel would
 be wrong in plans too).  Times are the best of interleaved rounds (``probes.best_times``).
 """
@@ -23,9 +24,9 @@ from autotune.backends.buffers import aligned_full
 from autotune.backends.cpu.probes import best_times
 
 KERNEL_SHAPES = {"mlp": (1, 512, 1024, 256), "heads": (8, 256, 256, 32),
-                 "projection": (1, 4096, 512, 128)}
+                 "projection": (1, 4096, 512, 128), "wide": (1, 512, 2048, 512)}
 DEFAULT_SAMPLES = 24      # random configurations per shape (plus the default one)
-TOLERANCE = 1e-4          # float32 products of K <= 256 unit normals, relative to the largest
+TOLERANCE = 1e-4          # float32 products of K <= 512 unit normals, relative to the largest
 
 
 def random_params(bounds: KernelBounds, batch: int, count: int, seed: int,

@@ -99,8 +99,11 @@ def test_terms_from_the_raw_measurements():
           "region_s": 1e-6, "region_thread_s": 4e-6, "threads": 3, "tile_s": 2e-8,
           "function_s": {"ref": 1e-10, "exp": 2e-10, "sqrt": 1e-12},
           "loop_group_call_s": 20e-6, "library_group_call_s": 50e-6,
-          "kernel_group_call_s": 80e-6}
+          "kernel_group_call_s": 80e-6, "l2_bytes": 2 * 2**20}
     t = terms(ev, cores=3)
+    # the core's L2 as Linux reports it: where a tile and the kernel's B block work
+    assert t["tile_cache_bytes"] == 2.0 * 2**20
+    assert "tile_cache_bytes" not in terms({**ev, "l2_bytes": 0}, cores=3)
     assert t["bandwidth"] == 3e10 and t["bandwidth_source"] == "generated copy"
     assert t["access"] == {"strided_read": 30.0, "transpose_copy": 15.0, "strided_write": 29.0,
                            "far_regions": 2.0}
@@ -134,6 +137,7 @@ def test_terms_from_the_raw_measurements():
 def full_record() -> dict:
     return {"version": cal.CALIBRATION_VERSION, "gemm_flops": 1e11, "bandwidth": 2e10,
             "loop_flops": 2e10, "f32_flops": 2e11, "parallel_units": 4, "cache_bytes": 1e6,
+            "tile_cache_bytes": 1.25 * 2**20,
             "launch_s": 3e-6, "region_s": 1e-6, "thread_start_s": 0.0, "library_call_s": 4e-5,
             "kernel_call_s": 6e-5,
             "tile_overhead_s": 2e-8, "gemm_shapes": {"skinny_k": 0.7, "skinny_mn": 1.3, "batched_small": 0.9},
@@ -148,6 +152,7 @@ def test_a_current_record_round_trips(tmp_path):
         warnings.simplefilter("error")
         spec = cal.load_cpu_spec(path)
     assert (spec.gemm_flops, spec.bandwidth, spec.parallel_units) == (1e11, 2e10, 4)
+    assert spec.tile_cache_bytes == 1.25 * 2**20 != CPU_DEFAULT.tile_cache_bytes
     assert (spec.launch_s, spec.region_s, spec.thread_start_s, spec.library_call_s,
             spec.kernel_call_s) == (3e-6, 1e-6, 0.0, 4e-5, 6e-5)
     assert spec.tile_overhead_s == 2e-8

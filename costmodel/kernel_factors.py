@@ -1,0 +1,48 @@
+"""Which of the generated kernel's calibrated factors (:class:`~costmodel.devices.KernelCosts`)
+apply to a configuration, and how much: ``costmodel.kernel_cost`` prices the kernel's
+arithmetic with them and ``costmodel.kernel_fit`` fits them.  Pure."""
+from __future__ import annotations
+
+import math
+
+from search_spaces.kernel import OUTER_A, KernelParams
+
+from .devices import DeviceSpec
+
+
+# A read in place: its rows' length decides the cost (short rows lie side by side as a packed
+# panel does, long ones put the mr lines far apart): docs/costmodel.md, section 3.
+SHORT_ROW_BYTES = 256
+MAX_EXCESS = 2.0
+
+
+def b_block_excess(p: KernelParams, item: int, kk: int, n: int, dev: DeviceSpec) -> float:
+    """How far the KC x NC block of B that the A-panel-outer order sweeps once per A
+    micro-panel outgrows half the core's L2 (``dev.tile_cache_bytes``), in L2s (0 where it
+    fits).  Why graded: at 1152^2 x 1152 and 1024 x 2048 x 768 (2-core Xeon, L2 2 MiB, one
+    process, 7 interleaved rounds) outer=a ran at 1.03-1.12x outer=b's rate with blocks of
+    0.3-0.56 L2, and 0.90, 0.82, 0.71, 0.56x with 0.75, 0.84, 1.0, 1.5 L2: about -0.75 in the
+    log per L2 past one half (bench/results/xeon-l2-spill).  Held at :data:`MAX_EXCESS`: past it
+    each sweep streams B from the next level whatever its size."""
+    block = min(kk, p.kc) * math.ceil(min(n, p.nc) / p.nr) * p.nr * item
+    if dev.tile_cache_bytes <= 0:
+        return MAX_EXCESS
+    return min(MAX_EXCESS, max(0.0, block / dev.tile_cache_bytes - 0.5))
+
+
+def kernel_flags(p: KernelParams | None, item: int, kk: int, n: int, c_bytes: float,
+                 dev: DeviceSpec) -> dict[str, float]:
+    """How much of each of the :class:`~costmodel.devices.KernelCosts` factors applies to
+    parameters ``p`` (none for a hand-written candidate without them): its exponent, 1 or 0
+    for a choice, :func:`b_block_excess` for ``outer_a_spill``.  ``kk`` is the contraction's
+    depth, ``n`` its width and ``c_bytes`` the size of what the kernel writes."""
+    if p is None:
+        return {}
+    short = kk * item <= SHORT_ROW_BYTES
+    outer_a = p.outer == OUTER_A
+    flags = {"stream_cached": p.stream and kk <= p.kc and c_bytes <= dev.cache_bytes,
+             "unpacked_a": not p.pack_a and not short, "unpacked_a_short": not p.pack_a and short,
+             "unpacked_b": not p.pack_b, "short_tile": p.mr <= 4,
+             "one_vector": p.nr <= p.lanes(item), "outer_a": outer_a}
+    return {**{k: float(v) for k, v in flags.items()},
+            "outer_a_spill": b_block_excess(p, item, kk, n, dev) if outer_a else 0.0}
