@@ -3,8 +3,9 @@
 The kernel's arithmetic at its rate, less the share of partial register tiles, plus the
 traffic its blocking implies (added, not overlapped: the evidence is in ``kernel_group``): A
 read once per NC block of columns, B once, C written once per KC slice (and read back on each
-later one; there is no zeroing pass).  Packing absorbs any strides, so only an
-operand that is no strided matrix at all is copied first (as for a library GEMM).  An epilogue
+later one; there is no zeroing pass).  Packing absorbs any layout: an operand that is no
+strided matrix at all is packed through offset tables (search_spaces.gemm.gathered), and only
+a pair's, which its packer interleaves, is copied first (as for a library GEMM).  An epilogue
 or a prologue (search_spaces.kernel_fusion) adds its arithmetic at the loop rate and one read of
 each tensor it reads (a prologue's per packing pass of its operand); C is then the epilogue's
 result and A (or B) the prologue's main input, and the fused intermediate is never stored or
@@ -21,11 +22,14 @@ the reasons.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from search_spaces.candidate import IMPL_KERNEL
 from search_spaces.kernel_fusion import Prologue, extra_strides, kernel_parts, pair_operands
+from search_spaces.kernel_reads import gathered_operands
 from search_spaces.footprint import strides
-from search_spaces.gemm import as_matrix_view, gemm_form, group_size, operand_groups, staged_run
+from search_spaces.gemm import (as_matrix_view, gathered, gemm_form, group_size, operand_groups,
+                                 staged_run)
 from search_spaces.ir import accesses
 from search_spaces.kernel import PACK_ALL_BYTES, SPLIT_BATCH, KernelParams, pair_params
 from search_spaces.partition import Group
@@ -61,8 +65,9 @@ def kernel_operands(w, fused, anchor: str, layout_of, item: int):
     kernel group anchored at ``anchor`` touches: what it packs as A and B (``role`` "a", "b":
     the operand, or its prologue's main input), C ("c"), the prologues' other tensors (read
     with their operand: "a", "b") and the epilogue's ("e"); ``copied``: bytes the executor
-    copies first (a tensor no strided view expresses), in runs of ``run`` contiguous elements
-    on both sides (``search_spaces.gemm.staged_run``; 1 for a broadcast copy)."""
+    copies first (a tensor no strided view expresses and the kernel does not gather), in runs
+    of ``run`` contiguous elements on both sides (``search_spaces.gemm.staged_run``; 1 for a
+    broadcast copy)."""
     parts = kernel_parts(w, fused, anchor)
     p = parts.contraction
     op = w.op(p)
@@ -73,11 +78,12 @@ def kernel_operands(w, fused, anchor: str, layout_of, item: int):
     for role, read, grp, pro in (("a", form.a, ga, parts.prologue_a),
                                  ("b", form.b, gb, parts.prologue_b)):
         if pro is None:
-            rows.append(_row(w, read.tensor, read.idx, grp, role, layout_of, item))
+            rows.append(_row(w, read.tensor, read.idx, grp, role, layout_of, item,
+                             not parts.pair))
             continue
         to_p = pro.to_contraction(w)
         rows.append(_row(w, pro.main, tuple(to_p[i] for i in pro.main_idx), grp, role,
-                         layout_of, item))
+                         layout_of, item, not parts.pair))
         rows += _others(w, pro.producer, lambda a, pro=pro: (a.tensor, a.idx) == (
             pro.main, pro.main_idx), to_p, grp, ext, role, layout_of, item)
     if parts.epilogue is None:
@@ -97,10 +103,13 @@ def kernel_operands(w, fused, anchor: str, layout_of, item: int):
     return parts, rows
 
 
-def _row(w, tensor, idx, grp, role, layout_of, item):
+def _row(w, tensor, idx, grp, role, layout_of, item, gather: bool = False):
+    """``gather``: an operand no view expresses is read through offset tables
+    (``search_spaces.gemm.gathered``: the CPU kernel outside a pair), not copied."""
     nbytes = math.prod(w.shapes[tensor]) * item
     perm = layout_of(tensor)
-    if as_matrix_view(idx, w.shapes[tensor], perm, grp):
+    if as_matrix_view(idx, w.shapes[tensor], perm, grp) or \
+            (gather and gathered(idx, w.shapes[tensor], perm, grp)):
         return tensor, nbytes, role, 0.0, 1
     return tensor, nbytes, role, nbytes, staged_run(idx, w.shapes[tensor], perm, grp)
 
@@ -302,6 +311,8 @@ def kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev: Dev
     parameters ``k`` (None: a hand-written candidate that left them out, priced as one block
     without padding)."""
     parts, rows = kernel_operands(w, fused, g.anchor, layout_of, item)
+    if k is not None and dev.kind == "cpu" and gathered_operands(w, layout_of, parts):
+        k = replace(k, pack_a=True, pack_b=True)    # a kernel that gathers packs both
     p = parts.contraction
     op = w.op(p)
     form = gemm_form(op)

@@ -97,6 +97,24 @@ def as_matrix_view(idx: tuple[str, ...], shape: tuple[int, ...], perm: tuple[int
     return rows in (0, 1) or cols in (0, 1)
 
 
+def _nests(group, st: dict, ext: dict) -> bool:
+    live = [i for i in group if ext[i] > 1]
+    return all(st[x] == st[y] * ext[y] for x, y in zip(live, live[1:]))
+
+
+def gathered(idx: tuple[str, ...], shape: tuple[int, ...], perm: tuple[int, ...],
+             groups: tuple[tuple[str, ...], ...]) -> bool:
+    """True where the generated kernel reads a tensor (indices ``idx``, stored in ``perm``
+    order) as its (batch, rows, cols) operand over ``groups`` through offset tables (each
+    element at its row's offset plus its column's: any layout's address is such a sum): its
+    rows or its columns nest into no one stride, so no view expresses it, but its batch does.
+    The kernel packs its operands anyway; the tables spare the copy into a matrix that
+    :func:`as_matrix_view`'s test otherwise calls for."""
+    st = dict(zip(idx, strides(shape, perm)))
+    ext = dict(zip(idx, shape))
+    return _nests(groups[0], st, ext) and not all(_nests(g, st, ext) for g in groups[1:])
+
+
 def staged_run(idx: tuple[str, ...], shape: tuple[int, ...], perm: tuple[int, ...],
                groups: tuple[tuple[str, ...], ...]) -> int:
     """Elements of the innermost run a tensor (indices ``idx``, stored in ``perm`` order) and

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .footprint import strides
-from .gemm import gemm_form
+from .gemm import gathered, gemm_form
 from .kernel_fusion import KernelParts, pair_operands
 from .workload import Workload
 
@@ -86,3 +86,20 @@ def vector_cols(w: Workload, layout_of, read: KernelRead, groups, ext: dict[str,
     live = [i for i in groups[2] if ext[i] > 1]
     return bool(live) and st.get(live[-1]) == 1 and ext[live[-1]] % width == 0 and \
         all(s % width == 0 for i, s in st.items() if s != 1 and ext.get(i, 1) > 1)
+
+
+def gathered_operands(w: Workload, layout_of, parts: KernelParts) -> str:
+    """The contraction's operands ("a", "b", "ab" or "") that the CPU kernel of ``parts``
+    packs through offset tables: those their layouts (``layout_of``) make no strided matrix
+    (:func:`~search_spaces.gemm.gathered`), where the kernel reads the operand or its
+    prologue's main input; none in a pair, whose packer interleaves two operands."""
+    if parts.pair:
+        return ""
+    acc = kernel_accesses(w, parts)
+    form = gemm_form(w.op(parts.contraction))
+    out = ""
+    for which, read, groups in (("a", acc.a, (form.batch, form.m, form.k)),
+                                ("b", acc.b, (form.batch, form.k, form.n))):
+        if gathered(read.sub, w.shapes[read.tensor], layout_of(read.tensor), groups):
+            out += which
+    return out

@@ -235,7 +235,7 @@ def test_a_choice_the_samples_never_vary_keeps_factor_one():
 
 
 def test_a_prologue_is_priced_at_its_packing_rate_an_epilogue_at_the_vector_rate(small):
-    """The packing routines apply a prologue element by element (gemm_kernel.packers), at the
+    """The packing routines apply a prologue element by element (gemm_pack.packers), at the
     rate prologue_rate gives; the epilogue works on the register tile's vectors."""
     from costmodel import estimate
     from costmodel.kernel_cost import prologue_flops, prologue_rate

@@ -16,6 +16,7 @@ from search_spaces.candidate import Candidate
 from search_spaces.kernel_fusion import Epilogue, KernelParts, kernel_parts
 from search_spaces.footprint import strides
 from search_spaces.gemm import gemm_form, group_size
+from search_spaces.kernel_reads import gathered_operands
 from search_spaces.kernel import default_params, legalize, pair_params
 from search_spaces.workload import Workload
 from search_spaces.symmetry import symmetric_kernel
@@ -48,21 +49,25 @@ class GemmKernel:
         self._dims: dict[tuple, ctypes.Array] = {}    # checked shapes and strides -> d
 
     def __call__(self, a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: float = 1.0,
-                 extra: tuple[np.ndarray, ...] = (), second: np.ndarray | None = None) -> None:
+                 extra: tuple[np.ndarray, ...] = (), second: np.ndarray | None = None,
+                 gather: tuple[np.ndarray, ...] = ()) -> None:
         """For a pair (``spec.pair``), ``second`` is the second contraction's operand on the
         paired axis (the same shape as the first's, ``a`` or ``b``: :func:`pair_axis`), which
-        the kernel's packing interleaves with the first's."""
-        self.call_with(self.arguments(a, b, c, alpha, extra, second))
+        the kernel's packing interleaves with the first's.  ``gather``: for each operand
+        ``spec.gather`` names, its offset tables (``gather.gathered_operand``: A's rows and
+        K, B's K and columns), the operand itself zero-strided along both."""
+        self.call_with(self.arguments(a, b, c, alpha, extra, second, gather))
 
     def arguments(self, a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: float = 1.0,
-                  extra: tuple[np.ndarray, ...] = (), second: np.ndarray | None = None
-                  ) -> tuple:
+                  extra: tuple[np.ndarray, ...] = (), second: np.ndarray | None = None,
+                  gather: tuple[np.ndarray, ...] = ()) -> tuple:
         """The C call's arguments for these arrays (checked; ValueError where the kernel cannot
         take them): :meth:`call_with` runs the kernel on them again while the arrays live."""
         tail = () if second is None else (second,)
         key = (a.dtype, a.shape, a.strides, b.dtype, b.shape, b.strides, c.dtype, c.shape,
                c.strides, c.flags.writeable,
-               tuple((x.dtype, x.shape, x.strides) for x in extra + tail))
+               tuple((x.dtype, x.shape, x.strides) for x in extra + tail),
+               tuple((g.dtype, g.shape, g.strides) for g in gather))
         dims = self._dims.get(key)
         if dims is None:
             # checked and built once per set of shapes and strides: both took ~25 us a call,
@@ -70,8 +75,9 @@ class GemmKernel:
             # in C, 33 us through here)
             if len(self._dims) >= 64:
                 self._dims.clear()
+            self._check_gather(a, b, gather)
             dims = self._dims[key] = self._checked_dims(a, b, c, extra, second)
-        ptrs = [x.ctypes.data for x in extra + tail]
+        ptrs = [x.ctypes.data for x in extra + tail + tuple(gather)]
         xs = (ctypes.c_void_p * max(1, len(ptrs)))(*ptrs)
         return (a.ctypes.data, b.ctypes.data, c.ctypes.data, dims, float(alpha), xs)
 
@@ -79,6 +85,22 @@ class GemmKernel:
         """The kernel on :meth:`arguments`' result (the arrays it was made from still alive
         and unmoved: the caller's word)."""
         self._fn(*args)
+
+    def _check_gather(self, a: np.ndarray, b: np.ndarray, gather: tuple[np.ndarray, ...]):
+        """ValueError unless ``gather`` holds the tables the spec reads, each a contiguous
+        int64 table as long as its operand's axis, the operand zero-strided along both."""
+        want = [(name, arr, n) for name, arr in (("a", a), ("b", b)) if name in self.spec.gather
+                for n in arr.shape[1:]]
+        if len(gather) != len(want):
+            raise ValueError(f"expected {len(want)} offset tables for the gathered operands "
+                             f"{self.spec.gather!r}, got {len(gather)}")
+        for (name, arr, n), t in zip(want, gather):
+            if arr.strides[1:] != (0, 0):
+                raise ValueError(f"{name}: a gathered operand is zero-strided along its rows "
+                                 f"and columns (its tables address them), got {arr.strides}")
+            if t.dtype != np.int64 or t.shape != (n,) or not t.flags.c_contiguous:
+                raise ValueError(f"{name}: an offset table is a contiguous int64 array of "
+                                 f"{n} entries, got {t.dtype} {t.shape}")
 
     def _checked_dims(self, a: np.ndarray, b: np.ndarray, c: np.ndarray,
                       extra: tuple[np.ndarray, ...], second: np.ndarray | None):
@@ -197,7 +219,8 @@ def kernel_spec(w: Workload, cand: Candidate, anchor: str) -> KernelSpec:
         along = "n" if parts.epilogue.shared == "a" else "m"
         pair = "rows" if (along == "m") == (store == STORE_ROWS) else "cols"
     return KernelSpec(params, w.dtype, store, **hooks, pair=pair,
-                      sym=symmetric_kernel(w, parts))
+                      sym=symmetric_kernel(w, parts), gather=gathered_operands(
+                          w, lambda t: cand.layout(t, len(w.shapes[t])), parts))
 
 
 def result_of(w: Workload, p: str, epi: Epilogue | None) -> tuple[str, tuple[str, ...]]:

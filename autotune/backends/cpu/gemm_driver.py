@@ -11,7 +11,8 @@ from autotune.backends.cpu.prelude import PRELUDE
 from autotune.backends.cpu.gemm_sync import BARRIER, BARRIER_SPIN_US, lazy_source
 from autotune.backends.cpu.gemm_kernel import (STORE_COLS, STORE_ROWS, KernelSpec, half_at,
                                                macro_source, may_skip_a, may_skip_b,
-                                               micro_kernel, packers, pair_packer)
+                                               micro_kernel)
+from autotune.backends.cpu.gemm_pack import gather_setup, packers, pair_packer
 from autotune.backends.loops import SCALAR_TYPES
 
 ENTRY = "gemm_kernel"
@@ -173,6 +174,7 @@ void {ENTRY}(const T *A, const T *B, T *C, const long *d, double alpha_,
   X xs = {{0}};
   (void)extra; {fill}
   {pair_in}
+  {gather_setup(s)}
   (void)r2_b;
   const X *x = &xs;
   long nb = d[0], K = d[3];

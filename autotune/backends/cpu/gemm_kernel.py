@@ -1,6 +1,6 @@
 """C source of the generated contraction kernel (the ``kernel`` impl): a BLIS/Goto-style GEMM.
-This module holds its spec, the micro-kernel, the packing routines and the block loop;
-``gemm_driver`` the entry point (threads, buffers) and the assembled source.
+This module holds its spec, the micro-kernel and the block loop; ``gemm_pack`` the packing
+routines, ``gemm_driver`` the entry point (threads, buffers) and the assembled source.
 
 ``C[b] = epilogue(alpha * A[b] @ B[b])`` for every batch item ``b``, with any element strides
 for A, B and C.  The loops, outermost first: NC-wide column blocks of C, KC-deep slices of K
@@ -81,6 +81,10 @@ class KernelSpec:
     epilogue: Transform = IDENTITY        # over {x}, {m}, {n} (and {y}: a pair's second)
     pair: str = ""                        # "", or the kernel axis a pair halves: rows, cols
     sym: bool = False                     # one triangle computed, stored at both places
+    # the contraction's operands ("a", "b", "ab") packed through offset tables: an operand
+    # whose rows or K no one stride walks (indices apart in its layout), read where it lies
+    # instead of copied into a matrix first (autotune.backends.cpu.gemm_pack)
+    gather: str = ""
 
     @property
     def args(self) -> tuple[str, ...]:
@@ -233,112 +237,6 @@ def _roles(s: KernelSpec, i: str, j: str, row0: str, col0: str) -> dict[str, str
     return {"m": r, "n": c} if s.store == STORE_ROWS else {"m": c, "n": r}
 
 
-def packers(s: KernelSpec) -> str:
-    """pack_a: an MC x KC block of the kernel's A into MR-tall micro-panels (k-major inside a
-    panel, rows past the block zero); pack_b: one KC x NR micro-panel of its B (columns past the
-    block zero).  The operand's prologue is applied to each element on the way."""
-    # in ``cols`` mode the kernel's A is the contraction's B (and its rows are n), and back
-    swap = s.store == STORE_COLS
-    ta, tb = (s.prologue_b, s.prologue_a) if swap else (s.prologue_a, s.prologue_b)
-    ra = "n" if swap else "m"
-    cb = "m" if swap else "n"
-    xa = _apply(ta, "src[i * s_r + p * s_k]", **{ra: "(row0 + ir + i)", "k": "(k0 + p)"})
-    xb = _apply(tb, "src[p * s_k + j * s_c]", **{"k": "(k0 + p)", cb: "(col0 + j)"})
-    # A whole panel is written one contiguous MR (NR) run at a time, the run unrolled, even
-    # where that reads across the source's unit stride: GCC vectorises that as a transpose.
-    # Packing a 256 x 256 row-major A into 8-tall panels: 4 us against 12.6 us the other way
-    # round (a K-contiguous B into 32-wide panels: 5 against 18 us; gcc 12, -O3, AVX-512); the
-    # trimul N=702 plan whose B operands are K-contiguous ran 3 % faster (698 -> 678 ms).
-    mr, nr = s.params.mr, s.params.nr
-    return f"""
-static void pack_a(long mc, long kc, const T *restrict A, long s_r, long s_k, T *restrict dst,
-                   long row0, long k0, const X *x) {{
-  (void)x; (void)row0; (void)k0;
-  for (long ir = 0; ir < mc; ir += MR) {{
-    long m = mc - ir < MR ? mc - ir : MR;
-    T *restrict d = dst + ir * kc;
-    const T *restrict src = A + ir * s_r;
-    if (m == MR) {{
-      for (long p = 0; p < kc; p++) {{
-        #pragma GCC unroll {mr}
-        for (long i = 0; i < MR; i++) d[p * MR + i] = {xa};
-      }}
-    }} else if (s_k == 1) {{
-      for (long i = 0; i < m; i++)
-        for (long p = 0; p < kc; p++) d[p * MR + i] = {xa};
-    }} else {{
-      for (long p = 0; p < kc; p++)
-        for (long i = 0; i < m; i++) d[p * MR + i] = {xa};
-    }}
-    for (long p = 0; p < kc; p++)
-      for (long i = m; i < MR; i++) d[p * MR + i] = 0;
-  }}
-}}
-
-static void pack_b(long kc, long n, const T *restrict src, long s_k, long s_c, T *restrict d,
-                   long k0, long col0, const X *x) {{
-  (void)x; (void)k0; (void)col0;
-  if (s_c == 1) {{
-    for (long p = 0; p < kc; p++) {{
-      #pragma omp simd
-      for (long j = 0; j < n; j++) d[p * NR + j] = {xb};
-      for (long j = n; j < NR; j++) d[p * NR + j] = 0;
-    }}
-  }} else if (n == NR) {{
-    for (long p = 0; p < kc; p++) {{
-      #pragma GCC unroll {nr}
-      for (long j = 0; j < NR; j++) d[p * NR + j] = {xb};
-    }}
-  }} else {{
-    for (long j = 0; j < n; j++)
-      for (long p = 0; p < kc; p++) d[p * NR + j] = {xb};
-    for (long p = 0; p < kc; p++)
-      for (long j = n; j < NR; j++) d[p * NR + j] = 0;
-  }}
-}}
-"""
-
-
-def pair_packer(s: KernelSpec) -> str:
-    """A pair's packing routine for its paired operand (the kernel's A for ``rows``, B for
-    ``cols``), in place of pack_a / pack_b: one whole panel (MR tall or NR wide) at kernel
-    coordinate ``at`` (a multiple of the tile), whose first half comes from ``X1`` and second
-    from ``X2`` at the sources' coordinate ``at / 2``; past C's extent along the paired axis
-    (``g_pair_out``) zero.  ``s1`` / ``t1``: the sources' strides along the paired axis, ``s2``
-    / ``t2`` along K (rows) or (cols) the other way round: each source's own strides."""
-    if not s.pair:
-        return ""
-    rows = s.pair == "rows"      # MR-tall A panels (k-major), else NR-wide B panels
-    tile = "MR" if rows else "NR"
-    body = f"d[p * {tile} + i] = " + ("src[i * sa + p * sk];" if rows else "src[p * sk + i * sa];")
-    loop = lambda v, n: f"for (long {v} = 0; {v} < {n}; {v}++)"
-    i_then_p = f"{loop('i', 'h')}\n          {loop('p', 'kc')} {body}"
-    p_then_i = (f"{loop('p', 'kc')} {{\n          #pragma omp simd\n          {loop('i', 'h')} "
-                f"{body}\n        }}")
-    # the source's unit-stride axis innermost: K for A panels, the columns for B panels
-    unit, fast, slow = ("sk == 1", i_then_p, p_then_i) if rows else ("sa == 1", p_then_i, i_then_p)
-    return f"""
-static void pack_pair(long kc, const T *restrict X1, long s1, long s2, const T *restrict X2,
-                      long t1, long t2, T *restrict dst, long at) {{
-  long c0 = at / 2, h = g_pair_out - c0;
-  if (h > {tile} / 2) h = {tile} / 2;
-  if (h < 0) h = 0;
-  for (int side = 0; side < 2; side++) {{
-    const T *restrict src = side ? X2 + c0 * t1 : X1 + c0 * s1;
-    long sa = side ? t1 : s1, sk = side ? t2 : s2;
-    T *restrict d = dst + side * ({tile} / 2);
-    if ({unit}) {{
-        {fast}
-    }} else {{
-        {slow}
-    }}
-    for (long p = 0; p < kc; p++)
-      for (long i = h; i < {tile} / 2; i++) d[p * {tile} + i] = 0;
-  }}
-}}
-"""
-
-
 def macro_source(s: KernelSpec) -> str:
     """One MC x NC block of C over one K slice: every micro-tile, the micro-panels of the
     operand that ``outer`` names in the outer loop (B: BLIS's order, each B micro-panel stays
@@ -390,11 +288,12 @@ def half_at(s: KernelSpec, axis: str, at: str) -> str:
 
 def may_skip_a(s: KernelSpec) -> bool:
     """Whether the kernel's A may be read in place: not under a prologue, nor a pair's paired
-    operand (only :func:`pair_packer` interleaves the two)."""
+    operand (only :func:`pair_packer` interleaves the two), nor in a kernel that gathers an
+    operand (both packed: the cost model prices them so, whichever operand it is)."""
     ta = s.prologue_b if s.store == STORE_COLS else s.prologue_a
-    return not s.params.pack_a and ta.identity and s.pair != "rows"
+    return not s.params.pack_a and ta.identity and s.pair != "rows" and not s.gather
 
 
 def may_skip_b(s: KernelSpec) -> bool:
     tb = s.prologue_a if s.store == STORE_COLS else s.prologue_b
-    return not s.params.pack_b and tb.identity and s.pair != "cols"
+    return not s.params.pack_b and tb.identity and s.pair != "cols" and not s.gather

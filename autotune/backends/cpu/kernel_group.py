@@ -18,6 +18,7 @@ from search_spaces.workload import Workload
 from autotune.backends.cpu.binding import Prepared, derived
 from autotune.backends.cpu.gemm_call import (GemmKernel, operand_source, pair_axis,
                                              result_of)
+from autotune.backends.cpu.gather import Tables, gathered_operand
 from autotune.backends.cpu.gemm_transforms import kernel_transforms, transform_arrays
 from autotune.backends.cpu.staging import Staging
 
@@ -113,6 +114,7 @@ class KernelGroup:
         self._last: tuple[weakref.ref, ...] = ()
         self._last_prep: Prepared | None = None
         self._last_args: tuple | None = None
+        self._tables: tuple[np.ndarray, ...] = ()
 
     def __call__(self, env: dict[str, np.ndarray], prep: Prepared | None = None) -> None:
         if self._last_args is not None and prep is self._last_prep \
@@ -122,11 +124,11 @@ class KernelGroup:
         f = self.form
         st, k = self.stage, self.anchor
         # each operand once per binding where it is bound
-        a = derived(prep, f"{k}:a", (self.a[0],), st, lambda s: self._operand(env, "a", s))
-        b = derived(prep, f"{k}:b", (self.b[0],), st, lambda s: self._operand(env, "b", s))
+        a, ta = derived(prep, f"{k}:a", (self.a[0],), st, lambda s: self._operand(env, "a", s))
+        b, tb = derived(prep, f"{k}:b", (self.b[0],), st, lambda s: self._operand(env, "b", s))
         second = None if self.second is None else derived(
             prep, f"{k}:second", (self.second,), st,
-            lambda s: self._operand(env, self.paired, s, self.second))
+            lambda s: self._operand(env, self.paired, s, self.second))[0]
         out = env[self.out]
         t, c = view3(out, self.idx, (f.batch, f.m, f.n))
         target = c if c is not None else st.scratch(
@@ -134,7 +136,11 @@ class KernelGroup:
             a.dtype)
         extra = derived(prep, f"{k}:extra", self._extra_names, st,
                         lambda s: self._extra_arrays(env, s))
-        args = self.kernel.arguments(a, b, target, f.scale, extra, second)  # scale as alpha
+        gather = (ta or ()) + (tb or ())
+        # the offset tables live while the C arguments that point at them may be called again
+        self._tables = gather
+        args = self.kernel.arguments(a, b, target, f.scale, extra, second,  # scale as alpha
+                                     gather)
         self.kernel.call_with(args)
         if c is None:
             st.copy(t, target.reshape(t.shape))
@@ -173,10 +179,15 @@ class KernelGroup:
             self._extra_key, self._extra = (None, ()) if copied else (key, extra)
         return extra
 
-    def _operand(self, env, side: str, st: Staging, tensor: str | None = None) -> np.ndarray:
-        """The kernel's operand ``side`` as (batch, rows, cols); ``tensor``: a pair's second
-        operand on that side, read in the first's index names."""
+    def _operand(self, env, side: str, st: Staging, tensor: str | None = None
+                 ) -> tuple[np.ndarray, Tables | None]:
+        """The kernel's operand ``side`` as (batch, rows, cols), and its offset tables where
+        the kernel gathers it (``spec.gather``: then zero-strided along rows and cols);
+        ``tensor``: a pair's second operand on that side, read in the first's index names."""
         f, k = self.form, self.anchor
         src, idx = self.a if side == "a" else self.b
         dims = (f.batch, f.m, f.k) if side == "a" else (f.batch, f.k, f.n)
-        return as3(env[tensor or src], idx, dims, st, f"{k}:{side}" + ("2" if tensor else ""))
+        if tensor is None and side in self.kernel.spec.gather:
+            return gathered_operand(env[src], idx, dims)       # read where it lies
+        return as3(env[tensor or src], idx, dims, st,
+                   f"{k}:{side}" + ("2" if tensor else "")), None
