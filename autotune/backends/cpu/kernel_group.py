@@ -124,11 +124,15 @@ class KernelGroup:
         f = self.form
         st, k = self.stage, self.anchor
         # each operand once per binding where it is bound
-        a, ta = derived(prep, f"{k}:a", (self.a[0],), st, lambda s: self._operand(env, "a", s))
-        b, tb = derived(prep, f"{k}:b", (self.b[0],), st, lambda s: self._operand(env, "b", s))
+        a = derived(prep, f"{k}:a", (self.a[0],), st, lambda s: self._operand(env, "a", s))
+        b = derived(prep, f"{k}:b", (self.b[0],), st, lambda s: self._operand(env, "b", s))
+        gather = tuple(t for side, (src, _) in (("a", self.a), ("b", self.b))
+                       if side in self.kernel.spec.gather
+                       for t in derived(prep, f"{k}:{side}:tables", (src,), st,
+                                        lambda s, side=side: self._tables_of(env, side)))
         second = None if self.second is None else derived(
             prep, f"{k}:second", (self.second,), st,
-            lambda s: self._operand(env, self.paired, s, self.second))[0]
+            lambda s: self._operand(env, self.paired, s, self.second))
         out = env[self.out]
         t, c = view3(out, self.idx, (f.batch, f.m, f.n))
         target = c if c is not None else st.scratch(
@@ -136,7 +140,6 @@ class KernelGroup:
             a.dtype)
         extra = derived(prep, f"{k}:extra", self._extra_names, st,
                         lambda s: self._extra_arrays(env, s))
-        gather = (ta or ()) + (tb or ())
         # the offset tables live while the C arguments that point at them may be called again
         self._tables = gather
         args = self.kernel.arguments(a, b, target, f.scale, extra, second,  # scale as alpha
@@ -179,15 +182,20 @@ class KernelGroup:
             self._extra_key, self._extra = (None, ()) if copied else (key, extra)
         return extra
 
-    def _operand(self, env, side: str, st: Staging, tensor: str | None = None
-                 ) -> tuple[np.ndarray, Tables | None]:
-        """The kernel's operand ``side`` as (batch, rows, cols), and its offset tables where
-        the kernel gathers it (``spec.gather``: then zero-strided along rows and cols);
-        ``tensor``: a pair's second operand on that side, read in the first's index names."""
+    def _operand(self, env, side: str, st: Staging, tensor: str | None = None) -> np.ndarray:
+        """The kernel's operand ``side`` as (batch, rows, cols) (zero-strided along rows and
+        cols where the kernel gathers it: ``spec.gather``, :meth:`_tables_of`); ``tensor``: a
+        pair's second operand on that side, read in the first's index names."""
         f, k = self.form, self.anchor
         src, idx = self.a if side == "a" else self.b
         dims = (f.batch, f.m, f.k) if side == "a" else (f.batch, f.k, f.n)
         if tensor is None and side in self.kernel.spec.gather:
-            return gathered_operand(env[src], idx, dims)       # read where it lies
-        return as3(env[tensor or src], idx, dims, st,
-                   f"{k}:{side}" + ("2" if tensor else "")), None
+            return gathered_operand(env[src], idx, dims)[0]     # read where it lies
+        return as3(env[tensor or src], idx, dims, st, f"{k}:{side}" + ("2" if tensor else ""))
+
+    def _tables_of(self, env, side: str) -> Tables:
+        """The offset tables of the gathered operand ``side`` (its rows' and its columns')."""
+        f = self.form
+        src, idx = self.a if side == "a" else self.b
+        dims = (f.batch, f.m, f.k) if side == "a" else (f.batch, f.k, f.n)
+        return gathered_operand(env[src], idx, dims)[1]
