@@ -65,6 +65,22 @@ def test_the_tables_address_every_element(perm):
         np.testing.assert_array_equal(got, want)
 
 
+def test_a_batch_no_stride_walks_is_copied_first():
+    """An array laid out otherwise than the plan said, its batch's indices apart: copied into
+    the groups' order, then addressed by the tables like any other."""
+    rng = np.random.default_rng(3)
+    arr = rng.standard_normal((4, 5, 3, 6)).astype(np.float32).transpose(0, 2, 1, 3)
+    idx, groups = ("b", "c", "m", "k"), (("b", "c"), ("m",), ("k",))   # (4, 3, 5, 6) as given
+    view, (rows, cols) = gathered_operand(arr, idx, groups)
+    assert not np.shares_memory(view, arr) and view.shape == (12, 5, 6)
+    flat = np.lib.stride_tricks.as_strided(view.base if view.base is not None else view,
+                                           (arr.size,), (4,))
+    want = arr.reshape(12, 5, 6)
+    base = view.strides[0] // 4
+    for b in range(12):
+        np.testing.assert_array_equal(flat[b * base + rows[:, None] + cols[None, :]], want[b])
+
+
 def _einsum_operands(rng, perm_a, perm_b, sizes):
     """t[a,c,i,k] and v[c,b,k,j] laid out in the given storage orders."""
     A, O = sizes
