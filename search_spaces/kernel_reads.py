@@ -103,3 +103,11 @@ def gathered_operands(w: Workload, layout_of, parts: KernelParts) -> str:
         if gathered(read.sub, w.shapes[read.tensor], layout_of(read.tensor), groups):
             out += which
     return out
+
+
+def gathered_tensors(w: Workload, layout_of, parts: KernelParts) -> tuple[str, ...]:
+    """The tensors the CPU kernel of ``parts`` reads through offset tables
+    (:func:`gathered_operands`), as ``autotune explain`` names them."""
+    acc = kernel_accesses(w, parts)
+    return tuple(read.tensor for which, read in (("a", acc.a), ("b", acc.b))
+                 if which in gathered_operands(w, layout_of, parts))

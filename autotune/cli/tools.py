@@ -1,6 +1,8 @@
 """`autotune explain`, `calibrate` and `emit`: looking at plans without searching."""
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from typing import Annotated, Optional
 
@@ -99,6 +101,10 @@ def explain(workload: WorkloadArg = DEFAULT_WORKLOAD,
             op = rw.op(g.anchor)
             gd["domain"] = {"parallel": dict(zip(op.parallel, op.out_shape)),
                             "reduction": {r: op.extent(r) for r in op.reduction}}
+            if g.impl == "kernel" and spec.kind == "cpu":
+                p, gathered = _kernel_facts(rw, cand, g.anchor)
+                gd["kernel"] = {"params": dataclasses.asdict(p) if p else None,
+                                "gathered": list(gathered)}
         typer.echo(json.dumps(d, indent=2))
         return
     typer.echo(f"workload {w.name}  dims: " + ", ".join(f"{k}={v}" for k, v in w.dims)
@@ -121,6 +127,12 @@ def explain(workload: WorkloadArg = DEFAULT_WORKLOAD,
         if g.chain:
             typer.echo(f"  chain:  {g.chain}")
         typer.echo(f"  domain: {dom}" + (f" | reduce {red}" if red else ""))
+        if g.impl == "kernel" and spec.kind == "cpu":
+            p, gathered = _kernel_facts(rw, cand, g.anchor)
+            typer.echo("  kernel: " + (f"{p.mr}x{p.nr} tiles, MC {p.mc}, KC {p.kc}, NC {p.nc}, "
+                                       f"outer {p.outer}" if p else "default parameters")
+                       + (f"; {', '.join(gathered)} packed through offset tables (no copy)"
+                          if gathered else ""))
         if g.fused:
             typer.echo("  fused:  " + ", ".join(f"{f.producer} x{f.recompute_factor:g}"
                                                  for f in g.fused))
@@ -134,6 +146,16 @@ def explain(workload: WorkloadArg = DEFAULT_WORKLOAD,
                f"launches {launches}  flops {est.flops:.3e} (useful "
                f"{est.flops - est.recomputed_flops:.3e}, recomputed {est.recomputed_flops:.3e})"
                f"  bytes {est.bytes:.3e}")
+
+
+def _kernel_facts(w, cand, anchor: str):
+    """A CPU kernel group's parameters (None: a hand-written candidate's defaults) and the
+    tensors it packs through offset tables."""
+    from search_spaces.kernel_fusion import kernel_parts
+    from search_spaces.kernel_reads import gathered_tensors
+    layout_of = lambda t: cand.layout(t, len(w.shapes[t]))
+    return (cand.schedule(anchor).kernel,
+            gathered_tensors(w, layout_of, kernel_parts(w, cand.fused_pairs, anchor)))
 
 
 @handled

@@ -179,3 +179,30 @@ def test_a_plan_gathers_prices_no_copy_and_survives_its_tables(kdir, tmp_path):
         assert not as_matrix_view(idx, w.shapes[name], (0, 1, 2, 3), groups[name])
     layout_of = lambda t: cand.layout(t, len(w.shapes[t]))
     assert kernel_copy_bytes(w, cand.fused_pairs, "s", layout_of, 4) == 0
+
+
+def test_explain_names_the_gathered_operands(monkeypatch):
+    """`autotune explain --device cpu` says which tensors a kernel group packs through offset
+    tables, with its parameters, in the table and in JSON."""
+    import json as _json
+    from pathlib import Path
+    from typer.testing import CliRunner
+    from search_spaces.candidate import Candidate
+    from autotune.cli import tools
+    from autotune.cli.app import app
+    cand = Candidate.from_json(
+        '{"fused":[],"layouts":{"s":[0,2,1,3]},"name":"","schedules":[{"anchor":"r",'
+        '"impl":"loop","tiles":[3,9,5,5]},{"anchor":"s","impl":"kernel","kernel":{"kc":16,'
+        '"mc":12,"mr":6,"nc":32,"nr":16,"outer":"b","pack_a":true,"pack_b":true,'
+        '"split":"m","stream":false,"vec_bytes":16},"tiles":[9,9,5,5]}]}')
+    monkeypatch.setattr(tools, "_cached_best", lambda *a, **k: cand)
+    path = str(Path(__file__).resolve().parents[3] / "bench" / "unseen" / "cc_doubles.toml")
+    args = ["explain", path, "--dims", "A=9,O=5", "--plan", "best", "--device", "cpu"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert "  kernel: 6x16 tiles, MC 12, KC 16, NC 32, outer b; t, v packed through offset " \
+           "tables (no copy)" in r.output
+    r = CliRunner().invoke(app, args + ["--format", "json"])
+    assert r.exit_code == 0, r.output
+    (s,) = [g for g in _json.loads(r.stdout)["groups"] if g["anchor"] == "s"]
+    assert s["kernel"]["gathered"] == ["t", "v"] and s["kernel"]["params"]["kc"] == 16
