@@ -85,19 +85,16 @@ def as_matrix_view(idx: tuple[str, ...], shape: tuple[int, ...], perm: tuple[int
     """
     st = dict(zip(idx, strides(shape, perm)))
     ext = dict(zip(idx, shape))
-    grp_strides = []
-    for g in groups:
-        live = [i for i in g if ext[i] > 1]
-        # within a group, indices must be nested row-major in storage
-        for x, y in zip(live, live[1:]):
-            if st[x] != st[y] * ext[y]:
-                return False
-        grp_strides.append(st[live[-1]] if live else 0)
-    rows, cols = grp_strides[1], grp_strides[2]
+    # within a group, indices must be nested row-major in storage
+    if not all(nests(g, st, ext) for g in groups):
+        return False
+    rows, cols = (next((st[i] for i in reversed(g) if ext[i] > 1), 0) for g in groups[1:])
     return rows in (0, 1) or cols in (0, 1)
 
 
-def _nests(group, st: dict, ext: dict) -> bool:
+def nests(group, st: dict, ext: dict) -> bool:
+    """Whether the indices of ``group`` (strides ``st``, extents ``ext`` by index) nest
+    row-major into one stride, so that one axis of a view walks them all."""
     live = [i for i in group if ext[i] > 1]
     return all(st[x] == st[y] * ext[y] for x, y in zip(live, live[1:]))
 
@@ -112,7 +109,7 @@ def gathered(idx: tuple[str, ...], shape: tuple[int, ...], perm: tuple[int, ...]
     :func:`as_matrix_view`'s test otherwise calls for."""
     st = dict(zip(idx, strides(shape, perm)))
     ext = dict(zip(idx, shape))
-    return _nests(groups[0], st, ext) and not all(_nests(g, st, ext) for g in groups[1:])
+    return nests(groups[0], st, ext) and not all(nests(g, st, ext) for g in groups[1:])
 
 
 def staged_run(idx: tuple[str, ...], shape: tuple[int, ...], perm: tuple[int, ...],

@@ -14,6 +14,8 @@ import functools
 
 import numpy as np
 
+from search_spaces.gemm import nests
+
 Tables = tuple[np.ndarray, np.ndarray]
 
 
@@ -30,28 +32,46 @@ def _offsets(shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
     return off
 
 
-def gathered_operand(arr: np.ndarray, idx: tuple[str, ...],
-                     groups3: tuple[tuple[str, ...], ...]) -> tuple[np.ndarray, Tables]:
-    """``arr`` (indexed by ``idx``) as the kernel's (batch, rows, cols) operand over
-    ``groups3``: a view with the batch's stride and zero strides along rows and columns, and
-    the (rows, cols) offset tables in elements.  A batch whose indices nest into no one stride
-    (an array laid out otherwise than the plan said) is first copied to a C-ordered array in
-    the groups' order."""
+def _layout(arr: np.ndarray, idx: tuple[str, ...], groups3) -> tuple[dict, dict, bool]:
+    """(extents, element strides, copied): ``arr``'s, or, where its batch's indices nest into
+    no one stride (an array laid out otherwise than the plan said), those of its C-ordered
+    copy in the groups' order, which ``copied`` says the operand must be."""
     item = arr.itemsize
     ext = dict(zip(idx, arr.shape))
     st = dict(zip(idx, (s // item for s in arr.strides)))
+    if nests(groups3[0], st, ext):
+        return ext, st, False
+    order = [i for g in groups3 for i in g]
+    step, c_order = 1, {}
+    for i in reversed(order):
+        c_order[i] = step
+        step *= ext[i]
+    return ext, c_order, True
+
+
+def gathered_view(arr: np.ndarray, idx: tuple[str, ...], groups3) -> np.ndarray:
+    """``arr`` (indexed by ``idx``) as the kernel's (batch, rows, cols) operand over
+    ``groups3``: a view with the batch's stride and zero strides along rows and columns (of
+    the C-ordered copy :func:`_layout` calls for, where it does)."""
+    ext, st, copied = _layout(arr, idx, groups3)
+    if copied:
+        arr = np.ascontiguousarray(arr.transpose([idx.index(i) for g in groups3 for i in g]))
     live = [i for i in groups3[0] if ext[i] > 1]
-    if any(st[x] != st[y] * ext[y] for x, y in zip(live, live[1:])):
-        perm = [idx.index(i) for g in groups3 for i in g]
-        arr = np.ascontiguousarray(arr.transpose(perm))
-        idx = tuple(i for g in groups3 for i in g)
-        st = dict(zip(idx, (s // item for s in arr.strides)))
-    batch = int(np.prod([ext[i] for i in groups3[0]], dtype=np.int64))
-    shape3 = (batch,) + tuple(int(np.prod([ext[i] for i in g], dtype=np.int64))
-                              for g in groups3[1:])
-    bstride = st[live[-1]] if live else 0
-    view = np.lib.stride_tricks.as_strided(arr, shape3, (bstride * item, 0, 0),
-                                           writeable=False)
+    shape3 = tuple(int(np.prod([ext[i] for i in g], dtype=np.int64)) for g in groups3)
+    return np.lib.stride_tricks.as_strided(
+        arr, shape3, ((st[live[-1]] if live else 0) * arr.itemsize, 0, 0), writeable=False)
+
+
+def offset_tables(arr: np.ndarray, idx: tuple[str, ...], groups3) -> Tables:
+    """The (rows, cols) offset tables, in elements, of :func:`gathered_view`'s operand: from
+    the layout alone (no copy made here)."""
+    ext, st, _ = _layout(arr, idx, groups3)
     rows, cols = (_offsets(tuple(ext[i] for i in g), tuple(st[i] for i in g))
                   for g in groups3[1:])
-    return view, (rows, cols)
+    return rows, cols
+
+
+def gathered_operand(arr: np.ndarray, idx: tuple[str, ...],
+                     groups3: tuple[tuple[str, ...], ...]) -> tuple[np.ndarray, Tables]:
+    """:func:`gathered_view` and :func:`offset_tables` of ``arr`` together."""
+    return gathered_view(arr, idx, groups3), offset_tables(arr, idx, groups3)

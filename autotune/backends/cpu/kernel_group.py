@@ -18,7 +18,7 @@ from search_spaces.workload import Workload
 from autotune.backends.cpu.binding import Prepared, derived
 from autotune.backends.cpu.gemm_call import (GemmKernel, operand_source, pair_axis,
                                              result_of)
-from autotune.backends.cpu.gather import Tables, gathered_operand
+from autotune.backends.cpu.gather import Tables, gathered_view, offset_tables
 from autotune.backends.cpu.gemm_transforms import kernel_transforms, transform_arrays
 from autotune.backends.cpu.staging import Staging
 
@@ -186,16 +186,20 @@ class KernelGroup:
         """The kernel's operand ``side`` as (batch, rows, cols) (zero-strided along rows and
         cols where the kernel gathers it: ``spec.gather``, :meth:`_tables_of`); ``tensor``: a
         pair's second operand on that side, read in the first's index names."""
-        f, k = self.form, self.anchor
-        src, idx = self.a if side == "a" else self.b
-        dims = (f.batch, f.m, f.k) if side == "a" else (f.batch, f.k, f.n)
+        src, idx, dims = self._side(side)
         if tensor is None and side in self.kernel.spec.gather:
-            return gathered_operand(env[src], idx, dims)[0]     # read where it lies
-        return as3(env[tensor or src], idx, dims, st, f"{k}:{side}" + ("2" if tensor else ""))
+            return gathered_view(env[src], idx, dims)       # read where it lies
+        return as3(env[tensor or src], idx, dims, st,
+                   f"{self.anchor}:{side}" + ("2" if tensor else ""))
 
     def _tables_of(self, env, side: str) -> Tables:
         """The offset tables of the gathered operand ``side`` (its rows' and its columns')."""
+        src, idx, dims = self._side(side)
+        return offset_tables(env[src], idx, dims)
+
+    def _side(self, side: str):
+        """The tensor the kernel packs as operand ``side``, its subscript, and its (batch,
+        rows, cols) index groups."""
         f = self.form
         src, idx = self.a if side == "a" else self.b
-        dims = (f.batch, f.m, f.k) if side == "a" else (f.batch, f.k, f.n)
-        return gathered_operand(env[src], idx, dims)[1]
+        return src, idx, (f.batch, f.m, f.k) if side == "a" else (f.batch, f.k, f.n)
