@@ -14,9 +14,10 @@ import math
 from search_spaces.candidate import IMPL_KERNEL, IMPL_LIBRARY, Candidate
 from search_spaces.chain import detect
 from search_spaces.precision import default_precision, kernel_precision, stack_precision
-from search_spaces.footprint import (conflicting, footprint_shape, footprints, item_bytes,
-                                     lines_between, nest_extents, plan_group, revisited_far,
-                                     strides, tile_dealing, write_strides, writes_in_place)
+from search_spaces.cache_walk import conflicting, lines_between, revisited_far
+from search_spaces.footprint import (footprint_shape, footprints, item_bytes, nest_extents,
+                                     plan_group, strides, tile_dealing, write_strides,
+                                     writes_in_place)
 from search_spaces.gemm import (as_matrix_view, broadcast_form, gemm_form, group_size,
                                  operand_groups)
 from search_spaces.inlining import inlined_members

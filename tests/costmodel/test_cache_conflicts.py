@@ -26,7 +26,7 @@ def _transposing_add_s(cols: int, tiles=(64, 8)) -> float:
 def test_stores_four_kib_apart_turn_the_walk_and_the_model_prices_the_turned_one():
     # 1,024 floats a row: walking down x's columns would put the 64 rows of a tile in one set of
     # L1 (measured: gelu_mlp's bias add, 9 ns an element); the walk goes along the rows instead
-    # (footprint.inner_loop: a crowded walk counts as far), gathering x's column-major rows
+    # (cache_walk.inner_nest: a crowded walk counts as far), gathering x's column-major rows
     # within L1, and the model prices that walk: about what 1,040 columns cost
     crowded, spread = _transposing_add_s(1024), _transposing_add_s(1040)
     assert crowded < 1.5 * spread

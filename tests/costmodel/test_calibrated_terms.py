@@ -165,7 +165,7 @@ def test_a_blocked_transpose_pays_no_pattern_cost():
 def test_a_blocked_transpose_of_power_of_two_rows_walks_its_stores_along_rows():
     # rows of 4,096 floats: walking the reads' rows, the tile's 64 stores a step would be lines
     # 16 KiB apart in one set of L1, each a miss that reads its line back; the walk goes along
-    # the stores' rows instead (footprint.inner_loop), gathering the reads, whose lines are
+    # the stores' rows instead (cache_walk.inner_nest), gathering the reads, whose lines are
     # found in the outer caches.  Measured (2-core AVX-512 host, 4096^2, best of 7): tiles
     # 64 x 64 16.5 ms walking the stores' rows, 57 ms the reads' (32 x 32: 11 against 49-56)
     w, cand = transposing_group((64, 64))

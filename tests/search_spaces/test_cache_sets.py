@@ -1,4 +1,4 @@
-"""Cache-set conflicts (``footprint.sets_touched`` / ``conflicting``) and the dealing of tiles
+"""Cache-set conflicts (``cache_walk.sets_touched`` / ``conflicting``) and the dealing of tiles
 (``footprint.tile_dealing``), which the CPU generator and the cost model share."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import re
 import pytest
 
 from search_spaces.candidate import GroupSchedule, make_candidate
-from search_spaces.footprint import (LINE_BYTES, LINE_FEED, MIN_CHUNKS, RUN_ON_BYTES,
-                                     conflicting, sets_touched, tile_dealing)
+from search_spaces.cache_walk import LINE_BYTES, conflicting, sets_touched
+from search_spaces.footprint import LINE_FEED, MIN_CHUNKS, RUN_ON_BYTES, tile_dealing
 
 from autotune.backends.cpu.codegen import generate
 from tests.support.workloads import workload
