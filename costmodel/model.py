@@ -32,8 +32,8 @@ from .estimate import CostEstimate, FusedProducer, GroupCost
 from .kernel_cost import kernel_copy_bytes, kernel_group
 from .memo import GroupMemo
 from .mma_cost import gpu_kernel_group
-from .rates import (LINE_ELEMS, far_regions, lane_use, library_launch_s, line_waste,
-                    loop_launch_s, loop_occupancy, precision_rate, read_waste, regions_waste,
+from .rates import (LINE_ELEMS, RUN_FLOPS, contiguous_run, far_regions, lane_use,
+                    library_launch_s, line_waste, loop_launch_s, loop_occupancy, precision_rate, read_waste, regions_waste,
                     split_extras, staged_copy_bytes, tile_overhead_s, transcendental_weight,
                     write_waste)
 from .stack_cost import stack_copy_bytes, stacked_group
@@ -188,6 +188,7 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
     moved = unique = 0.0
     compute_s = 0.0          # at the full loop rate, before occupancy
     strided = chained = 0.0  # flops in a strided innermost walk; with a reduction innermost
+    runs = 0.0               # contiguous runs the tiles cut tensors of memory into (RUN_FLOPS)
     seen: set[str] = set()
     fused = []
     for mp in plans:
@@ -270,6 +271,9 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
             box = math.prod(ext)
             spread = line_waste(w.shapes[acc.tensor], layout_of(acc.tensor), ext)
             st = dict(zip(acc.idx, strides(w.shapes[acc.tensor], layout_of(acc.tensor))))
+            if st.get(inner) == 1:   # streamed by the innermost loop (strided: priced above)
+                runs += box / contiguous_run(w.shapes[acc.tensor], layout_of(acc.tensor),
+                                             ext) * n_tiles
             # a strided innermost walk re-uses each line only if the lines it touches stay in
             # the core's private cache until the neighbouring elements are visited: those of
             # the loops inside the unit-stride index's loop, not the whole box (trimul's
@@ -290,6 +294,10 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
             unique += tensor_bytes if first_read else 0.0
         if mp.op in mats:
             wbytes = math.prod(shp) * item * n_tiles if mp.op != g.anchor else op.out_size * item
+            if inner in op.parallel and strides(op.out_shape, layout_of(mp.op))[
+                    op.parallel.index(inner)] == 1:
+                runs += math.prod(shp) / contiguous_run(op.out_shape, layout_of(mp.op), shp) \
+                    * n_tiles
             if write_conflict:
                 # every store misses, whatever the output's size, and first reads its line
                 # back (read for ownership): a strided read's line per element, the measured
@@ -324,6 +332,8 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
     _, chunk = tile_dealing(anchor.out_shape, tuple(eff_tiles), tuple(layout_of(g.anchor)),
                             item)
     occupancy, serial = loop_occupancy(w, g.members, n_tiles, dev, chunk)
+    if dev.kind == "cpu":
+        compute_s += runs * RUN_FLOPS / dev.loop_flops
     compute_s /= occupancy
     # the dealing of tiles (per chunk) and each member's set-up per tile: what sinks
     # per-element fusion

@@ -135,18 +135,41 @@ TRACKED_REGIONS = 16
 PAGE_BYTES = 4096
 
 
+def contiguous_run(shape, perm, box) -> int:
+    """Elements of the longest contiguous run of ``box`` (a tile's part of a tensor stored in
+    ``perm`` order): its extent along the innermost storage dims, further dims counting only
+    while the box covers the inner ones entirely."""
+    run = 1
+    for d in reversed(perm):
+        run *= box[d]
+        if box[d] < shape[d]:
+            break
+    return max(run, 1)
+
+
+# What a loop pays for each contiguous run its tiles cut a tensor of memory into, where its
+# innermost loop walks that tensor unit-stride (a strided walk pays per element instead:
+# model.STRIDED_ACCESS_FLOPS), in flop-equivalents of the loop rate (dev.loop_flops), wherever
+# the lines come from: the prefetchers start over and the run's ends move part lines.
+# Measured (2-core AVX-512 Xeon, bench/results/xeon-inner-nest/narrow: 18 tilings each of
+# cc_doubles' r and of a plain four-index scale, one group alone, all of it in cache): the
+# time follows the runs, 0.6-5 ns a run on two cores (the scale 0.25 ms in rows of 9,216
+# floats, 2.1 ms cut into runs of 2), where flops alone priced it 0.45 ms throughout.  At 16
+# (0.35 ns at that host's 45 GFLOP/s) Spearman's rho over r's 18 goes 0.65 -> 0.86 and over
+# the scale's 0.83 -> 0.85; the 11 built-ins' model-check data re-scored
+# (bench/model_check_table.py on bench/results/model-check-dbs): mean rho 0.835 -> 0.841, the
+# median |log error| level (0.258 -> 0.259), every top-1 regret as before.  32 and 64 ranked
+# r's tilings worse (0.79, 0.59) and raised that error (0.265, 0.294).
+RUN_FLOPS = 16.0
+
+
 def line_waste(shape, perm, box) -> float:
     """Lines moved per line of useful data when a tile reads (or writes) ``box`` of a tensor
     stored in ``perm`` order: a contiguous run shorter than a cache line still moves the whole
     line, so the spread is LINE_ELEMS / run, run being the box's extent along the innermost
     storage dims (further dims count only while the box covers the inner ones entirely).
     ``rates.read_waste`` / ``write_waste`` turn it into DRAM bytes per useful byte."""
-    run = 1
-    for d in reversed(perm):
-        run *= box[d]
-        if box[d] < shape[d]:
-            break
-    return LINE_ELEMS / min(max(run, 1), LINE_ELEMS)
+    return LINE_ELEMS / min(contiguous_run(shape, perm, box), LINE_ELEMS)
 
 
 def far_regions(shape, perm, box, item: int) -> int:
