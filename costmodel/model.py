@@ -33,9 +33,9 @@ from .kernel_cost import kernel_copy_bytes, kernel_group
 from .memo import GroupMemo
 from .mma_cost import gpu_kernel_group
 from .rates import (LINE_ELEMS, RUN_FLOPS, contiguous_run, far_regions, lane_use,
-                    library_launch_s, line_waste, loop_launch_s, loop_occupancy, precision_rate, read_waste, regions_waste,
-                    split_extras, staged_copy_bytes, tile_overhead_s, transcendental_weight,
-                    write_waste)
+                    library_launch_s, line_waste, loop_launch_s, loop_occupancy, precision_rate,
+                    read_waste, regions_waste, split_extras, staged_copy_bytes, tile_overhead_s,
+                    transcendental_weight, write_waste)
 from .stack_cost import stack_copy_bytes, stacked_group
 
 # a workload's chains, found once: the model asks for them for every candidate that walks one
