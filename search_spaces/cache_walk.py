@@ -139,33 +139,38 @@ def inner_nest(op: Op, reads: list[tuple[dict[str, int], bool, bool]], writes,
     14.3-14.9 ms (2-core AVX-512 host, random candidates of the space, one process each,
     alternated).  And a far gather turned into a near scatter into a tile buffer:
     pair_transition's relu from channel-first hp into its tile buffer 1.0-1.17 s, 0.79-0.85."""
-    def cost(nest: tuple[str, ...], moved: bool = False) -> float:
+    def cost(nest: tuple[str, ...]) -> tuple[float, float]:
+        """The walk's count with a near scatter at a quarter, and with it at the weights a
+        moved loop must also win by (NEAR_SCATTER_MOVED; a far walk's into memory)."""
         i = nest[-1]
 
-        def strided(st: dict[str, int], far: float, near: float, memory: bool) -> float:
-            if st.get(i, 0) in (0, 1):
-                return 0.0
-            return far if revisited_far(st, nest, extents) or (
-                memory and conflicting(st, nest, extents, item)) else near
-        gathers = sum(strided(st, 1.0, 0.0 if small else 0.5, glob) for st, small, glob in reads)
-        near_scatter = (2.0 if in_place(i) else NEAR_SCATTER_MOVED) if moved else 0.25
-        scatter = strided(writes(i), 2.0, near_scatter, in_place(i)) if i in op.parallel \
-            else 0.0
-        short = max(0.0, (VECTOR_LANES - extents[i]) / VECTOR_LANES)
-        return gathers + scatter + short
+        def far(st: dict[str, int], memory: bool) -> bool:
+            return revisited_far(st, nest, extents) or (
+                memory and conflicting(st, nest, extents, item))
+        count = sum(0.0 if st.get(i, 0) in (0, 1) else 1.0 if far(st, glob)
+                    else 0.0 if small else 0.5 for st, small, glob in reads)
+        count += max(0.0, (VECTOR_LANES - extents[i]) / VECTOR_LANES)
+        wst = writes(i) if i in op.parallel else {}
+        if wst.get(i, 0) in (0, 1):
+            return count, count
+        memory = in_place(i)
+        if far(wst, memory):
+            return count + 2.0, count + 2.0
+        return count + 0.25, count + (2.0 if memory else NEAR_SCATTER_MOVED)
 
     def rank(i: str) -> tuple[bool, int]:
         return i != order[-1], op.domain.index(i)
     bases = {i: tuple(x for x in order if x != i) + (i,) for i in op.domain}
-    best = bases[min(op.domain, key=lambda i: (cost(bases[i]), rank(i)))]
+    costs = {i: cost(n) for i, n in bases.items()}
+    i0 = min(op.domain, key=lambda i: (costs[i][0], rank(i)))
+    best, least = bases[i0], costs[i0]
     # a loop moved just outside the innermost, where that spares the walk whether a near
     # scatter counts a quarter or, as measured above, as much as a near gather into a tile
     # buffer and as a far one into memory
-    least = (cost(best), cost(best, True))
     for i in sorted(op.domain, key=rank):
         for j in bases[i][:-2]:
             nest = tuple(x for x in bases[i][:-1] if x != j) + (j, i)
-            c = (cost(nest), cost(nest, True))
+            c = cost(nest)
             if c[0] < least[0] and c[1] < least[1]:
                 best, least = nest, c
     return best
