@@ -18,8 +18,8 @@ from search_spaces.chain import detect
 from search_spaces.chain_walk import shared_rows
 from search_spaces.plans import chained_plan
 from search_spaces.space import SearchSpace
-from tests.support.chains import (band, biased, cross, gqa, inline, kernel_sum, lse, mlp, plain,
-                                  self_attention)
+from tests.support.chains import (CROSS, band, biased, chain_workload, cross, gqa, inline,
+                                  kernel_sum, lse, mlp, plain, self_attention)
 from tests.support.searches import search_rows
 
 WORKLOADS = {
@@ -175,7 +175,8 @@ def test_emulated_cuda_walk_innermost_matches_reference(tmp_path):
 
 
 @pytest.mark.parametrize("dtype,t,d", [("float32", 13, 16), ("float64", 13, 16),
-                                       ("float32", 70, 64), ("float32", 13, 128)])
+                                       ("float32", 70, 64), ("float32", 13, 128),
+                                       ("float32", 16, 16)])
 def test_cpu_chain_steps_shared_rows_with_sums_in_vector_registers(dtype, t, d, tmp_path):
     # the query rows i are read by no walked operand (k, v): a tile runs 8 of them at once
     # (13 rows: the second step repeats the last), the scores summed over c into vector
@@ -184,9 +185,13 @@ def test_cpu_chain_steps_shared_rows_with_sums_in_vector_registers(dtype, t, d, 
     # 16 registers: search_spaces.chain_walk.row_step), 10 steps share
     # each block (70 rows: the second group's two steps, the last repeating rows); at 128 a
     # row, 4 rows a step, their accumulators spilled from vectors (still not a buffer)
+    # A step whose rows are all inside the tile addresses them as c_0 + rr (no clamp: GCC then
+    # keeps the score sums in registers); only where a step may cross the tile's end (13 or 70
+    # rows in steps of 8, 6 or 4) is there a clamped copy, for that step
     w = cross(t=t, d=d, dtype=dtype)
     (chain,) = detect(w).values()
     assert shared_rows(w, chain) == [chain.common("o")["d1"]]
+    r = chain.common("o")["d1"]
     space = SearchSpace(w)
     inputs = w.random_inputs(seed=7)
     ref = reference(w, inputs)
@@ -199,6 +204,36 @@ def test_cpu_chain_steps_shared_rows_with_sums_in_vector_registers(dtype, t, d, 
         rows = 8 if d <= 32 else wide if d <= 96 else 4
         assert f"{rows} rows at once" in src and f"at_vload{suf}(&G_k[" in src \
             and f"at_vload{suf}(&G_v[" in src and "_o[rr][_x] +=" in src, src
+        assert f"const long c_{r} = c_{r}_0 + rr;" in src
+        assert (f"const long c_{r} = c_{r}_0 + rr < " in src) == (t % rows != 0), src
+        _, why = verify(CompiledPlan(w, cand, tmp_path)(**inputs), ref, w.rtol)
+        assert not why, f"block {block}: {why}"
+
+
+def test_cpu_chain_scales_a_score_sum_once_by_its_factors_constant_over_the_sum(tmp_path):
+    # a score's factors that read no summed index (a constant, a per-row g, a per-key u) are
+    # applied to each chunk's sums as they are stored, not to every product of the sum; the
+    # per-key one as a vector along the walk
+    from search_spaces.ir import to_text
+    from autotune.backends.chain_vectors import sum_parts
+    program = CROSS.replace("q[h,i,c] * k[h,c,j] * 0.25",
+                            "q[h,i,c] * 0.25 * k[h,c,j] * g[h,i] * u[j]")
+    w = chain_workload(program, ["o"], {"H": 2, "T": 13, "S": 64, "C": 8, "D": 16},
+                       {"q": ["H", "T", "C"], "k": ["H", "C", "S"], "v": ["H", "S", "D"],
+                        "g": ["H", "T"], "u": ["S"]}, "scaled", dtype="float32")
+    inner, outer = sum_parts(w.op("s"), w.op("s").reduction)
+    assert to_text(inner) == "(q[d0,d1,d3] * k[d0,d3,d2])" \
+        and to_text(outer) == "((0.25 * g[d0,d1]) * u[d2])", (to_text(inner), to_text(outer))
+    space = SearchSpace(w)
+    inputs = w.random_inputs(seed=3)
+    ref = reference(w, inputs)
+    for block in space.chain_blocks("o"):
+        cand = space.build(lambda n, opts: 1 if n.startswith("chain:") else block
+                           if n.startswith("chain_block:") else opts[-1])
+        src, _ = generate(w, cand)
+        scaled = re.findall(r"_t = _s\[rr\]\[_v\] \* (.*); __builtin_memcpy", src)
+        assert scaled and "G_g[" in scaled[0] and "at_vloadf(&G_u[" in scaled[0], src
+        assert not re.search(r"_s\[rr\]\[_v\] \+= .*(G_g|G_u|0\.25)", src), src
         _, why = verify(CompiledPlan(w, cand, tmp_path)(**inputs), ref, w.rtol)
         assert not why, f"block {block}: {why}"
 
