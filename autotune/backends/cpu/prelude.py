@@ -8,14 +8,20 @@ from autotune.backends.cpu.fast_tanh import TANH_MACRO
 
 # GCC vector types as wide as the compiler's target registers, for the code that holds sums in
 # registers itself (a chain's scores, autotune.backends.chain_loops.ChainLoops.vector_score);
-# loads through memcpy, which compiles to one unaligned vector load
+# loads through memcpy, which compiles to one unaligned vector load.  AT_WIDE marks a function
+# whose loops GCC should vectorise at the registers' full width: on AVX-512 it prefers 256 bits
+# (codegen's chain groups use it)
 VECTOR_DECLS = """
 #if defined(__AVX512F__)
 #define AT_VBYTES 64
+#define AT_WIDE __attribute__((target("prefer-vector-width=512")))
 #elif defined(__AVX__)
 #define AT_VBYTES 32
 #else
 #define AT_VBYTES 16
+#endif
+#ifndef AT_WIDE
+#define AT_WIDE
 #endif
 typedef float AT_VECf __attribute__((vector_size(AT_VBYTES)));
 typedef double AT_VEC __attribute__((vector_size(AT_VBYTES)));

@@ -238,6 +238,28 @@ def test_cpu_chain_scales_a_score_sum_once_by_its_factors_constant_over_the_sum(
         assert not why, f"block {block}: {why}"
 
 
+@pytest.mark.parametrize("march", ["x86-64", "x86-64-v2", "x86-64-v4"])
+def test_cpu_chain_groups_ask_for_the_full_vector_width(march, tmp_path):
+    # a chain group's function is AT_WIDE (prefer-vector-width=512 where the target has
+    # AVX-512, nothing elsewhere); the other loop groups are not; both forms are valid C
+    import platform
+    import shutil
+    import subprocess
+    if platform.machine() != "x86_64" or shutil.which("cc") is None:
+        pytest.skip("x86-64 targets need an x86-64 cc")
+    w = WORKLOADS["attention"]()
+    cand = chained_plan(SearchSpace(w))
+    src, kernels = generate(w, cand)
+    chains = [s.anchor for s in cand.schedules if s.chain_block]
+    assert chains and src.count("AT_WIDE void group_") == len(chains)
+    assert len(re.findall(r"^void group_", src, re.M)) == len(kernels) - len(chains)
+    path = tmp_path / "plan.c"
+    path.write_text(src)
+    proc = subprocess.run(["cc", f"-march={march}", "-fopenmp", "-fsyntax-only", "-Werror",
+                           str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[:2000]
+
+
 # (step, block) pairs each tile of 16 query rows walks, steps of 8 rows, 4 blocks of 16 keys:
 # j <= i + 20: 5, 7, 8, 8, 4 (the last tile's 6 rows are one step); j >= i - 3: 8, 7, 5, 3, 1
 @pytest.mark.parametrize("cond,order", [("j <= i + 20", [2, 3, 1, 0, 4]),
