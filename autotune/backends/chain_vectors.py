@@ -18,6 +18,8 @@ def sum_parts(op, red) -> tuple:
     """A sum's body as (the product of its factors that read a reduced index, the product of
     the others or None): the second is constant over the sum, applied once to its result."""
     inner = outer = None
+    if op.combiner != "sum":
+        return op.expr, None
     for f in op.factors():
         if index_names(f) & set(red):
             inner = times(inner, f)
