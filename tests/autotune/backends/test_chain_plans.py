@@ -174,6 +174,22 @@ def test_emulated_cuda_walk_innermost_matches_reference(tmp_path):
     assert not why, why
 
 
+def each_block(w, seed: int, tmp_path):
+    """(block, generated C) of the candidate with every chain on and the last option of every
+    other choice, for each block the space offers; each verified against float64 after the
+    caller's checks of its source."""
+    space = SearchSpace(w)
+    inputs = w.random_inputs(seed=seed)
+    ref = reference(w, inputs)
+    for block in space.chain_blocks("o"):
+        cand = space.build(lambda n, opts: 1 if n.startswith("chain:") else block
+                           if n.startswith("chain_block:") else opts[-1])
+        src, _ = generate(w, cand)
+        yield block, src
+        _, why = verify(CompiledPlan(w, cand, tmp_path)(**inputs), ref, w.rtol)
+        assert not why, f"block {block}: {why}"
+
+
 @pytest.mark.parametrize("dtype,t,d", [("float32", 13, 16), ("float64", 13, 16),
                                        ("float32", 70, 64), ("float32", 13, 128),
                                        ("float32", 16, 16)])
@@ -192,13 +208,7 @@ def test_cpu_chain_steps_shared_rows_with_sums_in_vector_registers(dtype, t, d, 
     (chain,) = detect(w).values()
     assert shared_rows(w, chain) == [chain.common("o")["d1"]]
     r = chain.common("o")["d1"]
-    space = SearchSpace(w)
-    inputs = w.random_inputs(seed=7)
-    ref = reference(w, inputs)
-    for block in space.chain_blocks("o"):
-        cand = space.build(lambda n, opts: 1 if n.startswith("chain:") else block
-                           if n.startswith("chain_block:") else opts[-1])
-        src, _ = generate(w, cand)
+    for block, src in each_block(w, 7, tmp_path):
         suf = "f" if dtype == "float32" else ""
         wide = 6 if machine_bounds().vec_bytes[0] >= 64 else 4    # AVX2: 4 rows at 64
         rows = 8 if d <= 32 else wide if d <= 96 else 4
@@ -206,8 +216,6 @@ def test_cpu_chain_steps_shared_rows_with_sums_in_vector_registers(dtype, t, d, 
             and f"at_vload{suf}(&G_v[" in src and "_o[rr][_x] +=" in src, src
         assert f"const long c_{r} = c_{r}_0 + rr;" in src
         assert (f"const long c_{r} = c_{r}_0 + rr < " in src) == (t % rows != 0), src
-        _, why = verify(CompiledPlan(w, cand, tmp_path)(**inputs), ref, w.rtol)
-        assert not why, f"block {block}: {why}"
 
 
 def test_cpu_chain_scales_a_score_sum_once_by_its_factors_constant_over_the_sum(tmp_path):
@@ -224,18 +232,10 @@ def test_cpu_chain_scales_a_score_sum_once_by_its_factors_constant_over_the_sum(
     inner, outer = sum_parts(w.op("s"), w.op("s").reduction)
     assert to_text(inner) == "(q[d0,d1,d3] * k[d0,d3,d2])" \
         and to_text(outer) == "((0.25 * g[d0,d1]) * u[d2])", (to_text(inner), to_text(outer))
-    space = SearchSpace(w)
-    inputs = w.random_inputs(seed=3)
-    ref = reference(w, inputs)
-    for block in space.chain_blocks("o"):
-        cand = space.build(lambda n, opts: 1 if n.startswith("chain:") else block
-                           if n.startswith("chain_block:") else opts[-1])
-        src, _ = generate(w, cand)
+    for block, src in each_block(w, 3, tmp_path):
         scaled = re.findall(r"_t = _s\[rr\]\[_v\] \* (.*); __builtin_memcpy", src)
         assert scaled and "G_g[" in scaled[0] and "at_vloadf(&G_u[" in scaled[0], src
         assert not re.search(r"_s\[rr\]\[_v\] \+= .*(G_g|G_u|0\.25)", src), src
-        _, why = verify(CompiledPlan(w, cand, tmp_path)(**inputs), ref, w.rtol)
-        assert not why, f"block {block}: {why}"
 
 
 @pytest.mark.parametrize("march", ["x86-64", "x86-64-v2", "x86-64-v4"])
