@@ -34,8 +34,8 @@ from .memo import GroupMemo
 from .mma_cost import gpu_kernel_group
 from .rates import (LINE_ELEMS, RUN_FLOPS, contiguous_run, far_regions, lane_use,
                     library_launch_s, line_waste, loop_launch_s, loop_occupancy, precision_rate,
-                    read_waste, regions_waste, split_extras, staged_copy_bytes, tile_overhead_s,
-                    transcendental_weight, write_waste)
+                    read_waste, regions_waste, run_waste, split_extras, staged_copy_bytes,
+                    tile_overhead_s, transcendental_weight, write_waste)
 from .stack_cost import stack_copy_bytes, stacked_group
 
 # a workload's chains, found once: the model asks for them for every candidate that walks one
@@ -269,11 +269,11 @@ def _loop_group(w, g: Group, tiles, layout_of, mats, dev: DeviceSpec, item: int)
                 pos = op.domain.index(i)
                 ext.append(shp[pos] if pos < len(op.parallel) else op.extent(i))
             box = math.prod(ext)
-            spread = line_waste(w.shapes[acc.tensor], layout_of(acc.tensor), ext)
+            run = contiguous_run(w.shapes[acc.tensor], layout_of(acc.tensor), ext)
+            spread = run_waste(run)
             st = dict(zip(acc.idx, strides(w.shapes[acc.tensor], layout_of(acc.tensor))))
             if st.get(inner) == 1:   # streamed by the innermost loop (strided: priced above)
-                runs += box / contiguous_run(w.shapes[acc.tensor], layout_of(acc.tensor),
-                                             ext) * n_tiles
+                runs += box / run * n_tiles
             # a strided innermost walk re-uses each line only if the lines it touches stay in
             # the core's private cache until the neighbouring elements are visited: those of
             # the loops inside the unit-stride index's loop, not the whole box (trimul's

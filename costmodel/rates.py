@@ -169,7 +169,12 @@ def line_waste(shape, perm, box) -> float:
     line, so the spread is LINE_ELEMS / run, run being the box's extent along the innermost
     storage dims (further dims count only while the box covers the inner ones entirely).
     ``rates.read_waste`` / ``write_waste`` turn it into DRAM bytes per useful byte."""
-    return LINE_ELEMS / min(contiguous_run(shape, perm, box), LINE_ELEMS)
+    return run_waste(contiguous_run(shape, perm, box))
+
+
+def run_waste(run: int) -> float:
+    """:func:`line_waste` of contiguous runs of ``run`` elements."""
+    return LINE_ELEMS / min(run, LINE_ELEMS)
 
 
 def far_regions(shape, perm, box, item: int) -> int:

@@ -34,7 +34,7 @@ import math
 from dataclasses import dataclass
 
 from .ir import Access, Binary, Call, Expr, Op, Pow, accesses, rename, to_text
-from .orders import times
+from .orders import split_factors
 from .partition import check_partition, groups
 from .space_spec import edges_of
 from .workload import Workload
@@ -78,13 +78,7 @@ class Chain:
         the product of those (applied to the sum after the walk), or None."""
         if not self.outer:
             return op.expr, None
-        inner = outer = None
-        for k, f in enumerate(op.factors()):
-            if k in self.outer:
-                outer = times(outer, f)
-            else:
-                inner = times(inner, f)
-        return inner, outer
+        return split_factors(op, lambda k, f: k in self.outer)
 
     def text(self) -> str:
         """One line for ``explain``: the members and their roles."""

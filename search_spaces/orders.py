@@ -77,6 +77,19 @@ def times(acc: Expr | None, f: Expr) -> Expr:
     return f if acc is None else Binary("*", acc, f)
 
 
+def split_factors(op: Op, taken) -> tuple[Expr | None, Expr | None]:
+    """``op``'s body as (the product of the factors ``taken(position, factor)`` leaves, the
+    product of those it takes), each None where there are none (Op.factors: ``x / y`` counts as
+    ``x * y**-1``, written back as a division)."""
+    kept = out = None
+    for k, f in enumerate(op.factors()):
+        if taken(k, f):
+            out = times(out, f)
+        else:
+            kept = times(kept, f)
+    return kept, out
+
+
 def scale_flops(consts) -> int:
     """Flops of multiplying one value by the constant factors ``consts`` (a division counts
     as one, as written)."""

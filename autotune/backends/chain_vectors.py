@@ -11,20 +11,15 @@ from __future__ import annotations
 
 from search_spaces.chain import WALKED
 from search_spaces.ir import Access, index_names
-from search_spaces.orders import times
+from search_spaces.orders import split_factors
 
 
 def sum_parts(op, red) -> tuple:
     """A sum's body as (the product of its factors that read a reduced index, the product of
     the others or None): the second is constant over the sum, applied once to its result."""
-    inner = outer = None
     if op.combiner != "sum":
         return op.expr, None
-    for f in op.factors():
-        if index_names(f) & set(red):
-            inner = times(inner, f)
-        else:
-            outer = times(outer, f)
+    inner, outer = split_factors(op, lambda k, f: not index_names(f) & set(red))
     return (op.expr, None) if inner is None else (inner, outer)
 
 
