@@ -13,7 +13,7 @@ from search_spaces.kernel import (OUTER_A, PACK_ALL_BYTES, SPLIT_BATCH, KernelBo
                                   micro_tiles)
 from autotune.backends.cpu.executor import load_gemm_kernel
 from autotune.backends.cpu.gemm_call import store_for
-from autotune.backends.cpu.gemm_driver import kernel_source
+from autotune.backends.cpu.gemm_driver import WIDE_PRAGMA, kernel_source
 from autotune.backends.buffers import aligned_empty
 from autotune.backends.cpu.gemm_kernel import (STORE_COLS, STORE_ROWS, STREAM_ALIGN, KernelSpec,
                                                Transform)
@@ -222,6 +222,42 @@ def test_source_uses_the_requested_vectors():
     src = kernel_source(KernelSpec(replace(p, pack_a=False),
                                    prologue_a=Transform("{x} * 2")))
     assert "static inline void ukr_u(" not in src
+
+
+# (skylake-avx512: an AVX-512 target whose tuning, as every Intel one's in GCC 12, prefers
+# 256-bit loops; x86-64-v4's generic tuning already takes 512)
+@pytest.mark.parametrize("march", ["x86-64-v2", "skylake-avx512"])
+def test_kernel_loops_take_the_kernels_vector_width(march, tmp_path):
+    # a kernel of 64-byte vectors asks GCC for 512-bit loops (its epilogue's, prologue's and
+    # packing's) where the target has AVX-512; one of 32-byte vectors does not ask; the source
+    # stays valid C for targets without AVX-512
+    import platform
+    import shutil
+    import subprocess
+    p = default_params(KernelBounds((64, 32), 32), 4)
+    epi = Transform("({x} > 0 ? {x} : 0.125f * {x})")
+    wide = kernel_source(KernelSpec(p, epilogue=epi))
+    pragma = '#pragma GCC target("prefer-vector-width=512")'
+    assert wide.count(pragma) == 1 and wide.index(pragma) < wide.index("static")  # all functions
+    narrow = kernel_source(KernelSpec(replace(p, vec_bytes=32), epilogue=epi))
+    assert pragma not in narrow
+    if platform.machine() != "x86_64" or shutil.which("cc") is None:
+        pytest.skip("x86-64 targets need an x86-64 cc")
+    asm = {}
+    for name, src in (("wide", wide), ("unasked", wide.replace(WIDE_PRAGMA, "")),
+                      ("narrow", narrow)):
+        path = tmp_path / f"{name}.c"
+        path.write_text(src)
+        proc = subprocess.run(["cc", f"-march={march}", "-O2", "-fopenmp", "-ffast-math",
+                               "-Werror", "-S", "-o", str(tmp_path / f"{name}.s"), str(path)],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[:2000]
+        asm[name] = "\n".join(line for line in (tmp_path / f"{name}.s").read_text().splitlines()
+                              if not line.startswith("\t.file"))
+    if march != "x86-64-v2":     # the epilogue's loop at 16 floats a vector: more zmm code
+        assert asm["wide"].count("%zmm") > asm["unasked"].count("%zmm")
+    else:                        # no AVX-512: the request is not even seen
+        assert asm["wide"] == asm["unasked"]
 
 
 FEW_ROWS = [(1, 4, 203, 37), (1, 1, 77, 20), (2, 3, 130, 50), (1, 5, 64, 9)]
