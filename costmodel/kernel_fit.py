@@ -24,7 +24,7 @@ from search_spaces.kernel import KernelParams
 
 from .devices import DeviceSpec, KernelCosts
 from .kernel_cost import kernel_threads, peak_flops, plain_kernel_parts, plain_kernel_s
-from .kernel_factors import kernel_flags
+from .kernel_factors import SHORT_TILE_ROWS, kernel_flags
 
 FACTORS = tuple(f.name for f in fields(KernelCosts) if f.name not in ("barrier_s",
                                                                        "cached_traffic"))
@@ -35,9 +35,9 @@ CACHED_GRID = (1.0, 0.75, 0.5, 0.25, 0.0)
 FACTOR_RANGE = (0.5, 4.0)
 # Factors that cannot speed a configuration up, whatever a few noisy samples say: a register
 # tile of 4 rows (short_tile) uses each loaded B vector 4 times against 6 or more, one vector
-# wide (one_vector) each broadcast A element once.  Fitted free, short_tile came out 0.85 on
-# the 2-core Xeon (75 samples, log error 0.17), and the search's first picks were 4 x 64 tiles:
-# gated_mlp's best plan (two such kernel groups) ran 4.09 ms against 3.81 with 6 x 64 tiles
+# wide (one_vector, where the tile probe did not time it) each broadcast A element once.
+# Fitted free, short_tile came out 0.85 on the 2-core Xeon (75 samples, log error 0.17), and
+# the search's first picks were 4 x 64 tiles: gated_mlp's best plan (two such kernel groups) ran 4.09 ms against 3.81 with 6 x 64 tiles
 # (one process, 15 interleaved rounds); the micro-kernel alone, operands in cache, one core:
 # 4 x 64 143 GFLOP/s, 6 x 64 168, 12 x 32 171.
 AT_LEAST_ONE = ("short_tile", "one_vector")
@@ -133,8 +133,38 @@ def fit_kernel_costs(samples: list[KernelSample], dev: DeviceSpec, item: int = 4
                 best = (rss, fitted, err)
     _, fitted, after = best
     rate, costs = fitted.kernel_flops, fitted.kernel
-    d0 = replace(dev, kernel_flops=rate0, kernel=KernelCosts())
+    d0 = replace(dev, kernel_flops=rate0, kernel=KernelCosts(), kernel_tiles=())
     y0 = seconds - np.log([plain_kernel_s(*s.shape, s.params, item, d0) for s in samples])
     before = y0 - np.mean(y0)
     return KernelFit(rate, costs, float(np.sqrt(np.mean(before ** 2))),
                      float(np.sqrt(np.mean(after ** 2))), len(samples))
+
+
+def fit_tile_factors(samples: list[KernelSample], dev: DeviceSpec,
+                     item: int = 4) -> tuple[tuple[int, int, int, float], ...]:
+    """``DeviceSpec.kernel_tiles`` from the tile probe's ``samples``: at each shape, register
+    tiles that differ in nothing else, timed side by side, the first sample's tile the default
+    (its factor 1).  A sample's residual is what its time leaves beyond the model's traffic,
+    packing and micro-kernel calls, over the model's arithmetic with no factor (which prices
+    its partial tiles): the part a tile's factor scales, as :func:`fit_kernel_costs` takes it;
+    a tile's factor is the mean over the shapes of its log residual less the default's there,
+    within :data:`FACTOR_RANGE`."""
+    if not samples:
+        return ()
+    d0 = replace(dev, f32_flops=0.0, kernel=KernelCosts(), kernel_tiles=())
+    key = lambda p: (p.vec_bytes, p.mr, -(-p.nr // p.lanes(item)))
+    ref = key(samples[0].params)
+    by_shape: dict[tuple, dict[tuple, float]] = {}
+    for s in samples:
+        if s.params.mr > SHORT_TILE_ROWS:
+            arith, rest = plain_kernel_parts(*s.shape, s.params, item, d0)
+            by_shape.setdefault(s.shape, {})[key(s.params)] = math.log(
+                max(s.seconds - rest, 0.1 * s.seconds, 1e-12) / arith)
+    gaps: dict[tuple, list[float]] = {}
+    for resid in by_shape.values():
+        if ref in resid:
+            for k, r in resid.items():
+                gaps.setdefault(k, []).append(r - resid[ref])
+    lo, hi = FACTOR_RANGE
+    return tuple((*k, min(hi, max(lo, math.exp(float(np.mean(g))))))
+                 for k, g in sorted(gaps.items()))

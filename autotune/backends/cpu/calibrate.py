@@ -44,7 +44,10 @@ from autotune.cache_dirs import kernels_dir
 # 13: + the core's L2 (tile_cache_bytes, from Linux) and the A-panel-outer order's price once
 #     its B block outgrows half of it (kernel.outer_a_spill), a wide shape among the kernel's
 #     probes (kernel_probe.KERNEL_SHAPES) to fit it
-CALIBRATION_VERSION = 13
+# 14: + the register tiles' table (kernel_tiles): every tile the search offers timed side by
+#     side with the default's blocks (kernel_probe.measure_tiles,
+#     costmodel.kernel_fit.fit_tile_factors), the rest of the kernel's terms fitted around it
+CALIBRATION_VERSION = 14
 CALIBRATION_FILE = "calibration-cpu.json"
 DEFAULT_GEMM_N = 2048
 DEFAULT_COPY_MB = 256
@@ -125,6 +128,18 @@ def _number(key: str, v, zero_ok: bool) -> float:
     return v
 
 
+def _tiles(rows) -> tuple[tuple[int, int, int, float], ...]:
+    """The record's kernel_tiles: [vector bytes, rows, vectors across, factor] each."""
+    if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) == 4 for r in rows):
+        raise ValueError("kernel_tiles is not a list of [vector bytes, rows, vectors, factor]")
+    out = []
+    for vb, mr, nv, f in rows:
+        if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in (vb, mr, nv)):
+            raise ValueError(f"kernel_tiles: {[vb, mr, nv]} are not positive integers")
+        out.append((vb, mr, nv, float(_number("kernel_tiles factor", f, False))))
+    return tuple(out)
+
+
 def spec_from_record(rec) -> DeviceSpec:
     """:data:`CPU_DEFAULT` with the terms of a calibration record; ValueError if it is not a
     JSON object with a valid gemm_flops and bandwidth, or a term it has is invalid."""
@@ -134,6 +149,8 @@ def spec_from_record(rec) -> DeviceSpec:
            for key, (typ, zero_ok) in _FIELDS.items() if key in rec}
     if "gemm_flops" not in upd or "bandwidth" not in upd:
         raise ValueError("gemm_flops and bandwidth are required")
+    if "kernel_tiles" in rec:
+        upd["kernel_tiles"] = _tiles(rec["kernel_tiles"])
     for name in _SECTIONS:
         sec = rec.get(name, {})
         if not isinstance(sec, dict):
@@ -166,7 +183,7 @@ def load_cpu_spec(path: Path | None = None) -> DeviceSpec:
         return CPU_DEFAULT
     version = rec.get("version")
     if isinstance(version, int) and version < CALIBRATION_VERSION:
-        missing = [k for k in (*_FIELDS, *_SECTIONS) if k not in rec] + [
+        missing = [k for k in (*_FIELDS, *_SECTIONS, "kernel_tiles") if k not in rec] + [
             f"{name}.{f.name}" for name in ("access", "kernel")   # the sections written whole
             if isinstance(rec.get(name), dict)
             for f in fields(getattr(CPU_DEFAULT, name)) if f.name not in rec[name]]
