@@ -7,8 +7,9 @@ The shapes are where the kernel's parameters matter in the built-in blocks: a mi
 with K = 128 (the trimul projections), and a wide one whose KC x NC blocks of B reach past a
 core's L2 (an MLP's 4x expansion: the A-panel-outer order's cost, kernel.outer_a_spill).  Each
 configuration's result is checked against the float64 product before it is timed; one that is
-wrong stops the calibration (the kernel would be wrong in plans too).  Times are the best of
-interleaved rounds (``probes.best_times``).
+wrong stops the calibration (the kernel would be wrong in plans too).  The random
+configurations' times are the best of interleaved rounds (``probes.best_times``), the tiles'
+medians of interleaved batches (:func:`median_times`).
 
 Why a tile probe: among random configurations the tile varies with everything else, and no
 factor of the fit described it (per tile width, 100 samples of the 2-core Xeon fitted 14 x 32
