@@ -109,11 +109,12 @@ class DeviceSpec:
     functions: FunctionCosts = FunctionCosts()
     kernel_flops: float = 0.0  # the generated contraction kernel on large shapes (0: gemm_flops)
     kernel: KernelCosts = KernelCosts()
-    # the generated kernel's register tiles against its default one, each timed side by side
-    # with the default's blocks, order and packing (`autotune calibrate`'s tile probe): (vector
-    # bytes, rows, vectors across, factor on the kernel's arithmetic); a tile not listed is
-    # priced by the KernelCosts flags alone (costmodel.kernel_factors.tile_factor)
-    kernel_tiles: tuple[tuple[int, int, int, float], ...] = ()
+    # the generated kernel's register tiles under each loop order against its default
+    # configuration, timed side by side with the default's blocks and packing (`autotune
+    # calibrate`'s tile probe): (vector bytes, rows, vectors across, outer, factor on the
+    # kernel's arithmetic); a tile not listed is priced by the KernelCosts flags alone
+    # (costmodel.kernel_factors.tile_factor)
+    kernel_tiles: tuple[tuple[int, int, int, str, float], ...] = ()
     # a library TF32 GEMM on tensor cores: the share of ``tf32_flops`` it reaches on large
     # shapes, and its shape classes (costmodel.rates.precision_rate)
     tensor_share: float = 0.65

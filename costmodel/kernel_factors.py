@@ -32,11 +32,12 @@ def b_block_excess(p: KernelParams, item: int, kk: int, n: int, dev: DeviceSpec)
 
 
 def tile_factor(p: KernelParams, item: int, dev: DeviceSpec) -> float | None:
-    """The calibrated factor of ``p``'s register tile (``dev.kernel_tiles``: rows, vectors
-    across, at its vector width), or None where the table has none."""
+    """The calibrated factor of ``p``'s register tile under its loop order
+    (``dev.kernel_tiles``: rows, vectors across, at its vector width), or None where the table
+    has none."""
     nv = -(-p.nr // p.lanes(item))
-    for vb, mr, vectors, factor in dev.kernel_tiles:
-        if (vb, mr, vectors) == (p.vec_bytes, p.mr, nv):
+    for vb, mr, vectors, outer, factor in dev.kernel_tiles:
+        if (vb, mr, vectors, outer) == (p.vec_bytes, p.mr, nv, p.outer):
             return factor
     return None
 
@@ -51,11 +52,12 @@ def kernel_flags(p: KernelParams | None, item: int, kk: int, n: int, c_bytes: fl
         return {}
     short = kk * item <= SHORT_ROW_BYTES
     outer_a = p.outer == OUTER_A
+    # a tile the calibration timed beside the default, under this order, carries its own factor
+    timed = tile_factor(p, item, dev) is not None
     flags = {"stream_cached": p.stream and kk <= p.kc and c_bytes <= dev.cache_bytes,
              "unpacked_a": not p.pack_a and not short, "unpacked_a_short": not p.pack_a and short,
              "unpacked_b": not p.pack_b, "short_tile": p.mr <= SHORT_TILE_ROWS,
-             # a tile the calibration timed beside the default carries its own factor
-             "one_vector": p.nr <= p.lanes(item) and tile_factor(p, item, dev) is None,
-             "outer_a": outer_a}
+             "one_vector": p.nr <= p.lanes(item) and not timed,
+             "outer_a": outer_a and not timed}
     return {**{k: float(v) for k, v in flags.items()},
             "outer_a_spill": b_block_excess(p, item, kk, n, dev) if outer_a else 0.0}

@@ -62,11 +62,12 @@ class KernelFit:
     samples: int
 
 
-def _bounded_lstsq(x: np.ndarray, y: np.ndarray, used: list[str], c0_min: float) -> np.ndarray:
-    """Least squares for [c0, c_i...] with c0 >= ``c0_min`` and each factor of
-    :data:`AT_LEAST_ONE` at 1 or more: a coefficient past its bound is held there and the rest
-    fitted again, until none is."""
-    held: dict[int, float] = {}
+def _bounded_lstsq(x: np.ndarray, y: np.ndarray, used: list[str], c0_min: float,
+                   c0: float | None = None) -> np.ndarray:
+    """Least squares for [c0, c_i...] with c0 >= ``c0_min`` (held at ``c0`` where given) and
+    each factor of :data:`AT_LEAST_ONE` at 1 or more: a coefficient past its bound is held there
+    and the rest fitted again, until none is."""
+    held: dict[int, float] = {} if c0 is None else {0: c0}
     while True:
         free = [j for j in range(x.shape[1]) if j not in held]
         rest = y - sum((x[:, j] * v for j, v in held.items()), np.zeros_like(y))
@@ -88,9 +89,12 @@ def _flags(s: KernelSample, item: int, dev: DeviceSpec) -> dict[str, float]:
     return kernel_flags(s.params, item, k, n, float(b * m * n * item), dev)
 
 
-def fit_kernel_costs(samples: list[KernelSample], dev: DeviceSpec, item: int = 4) -> KernelFit:
+def fit_kernel_costs(samples: list[KernelSample], dev: DeviceSpec, item: int = 4,
+                     rate_fixed: bool = False) -> KernelFit:
     """The kernel terms that best explain ``samples`` (measured on ``dev``'s machine; ``dev``
-    supplies the rest of the model: bandwidth, launch costs, cores, cache size)."""
+    supplies the rest of the model: bandwidth, launch costs, cores, cache size).  With
+    ``rate_fixed`` the kernel's rate is ``dev.kernel_flops`` as given and only the factors
+    are fitted."""
     if not samples:
         raise ValueError("no kernel samples to fit")
     rate0 = dev.kernel_flops or dev.gemm_flops
@@ -121,7 +125,7 @@ def fit_kernel_costs(samples: list[KernelSample], dev: DeviceSpec, item: int = 4
         for barrier in BARRIER_GRID_S:
             y = np.log([max(s.seconds - r - nb * barrier, 0.1 * s.seconds, 1e-12)
                         for s, r, nb in zip(samples, rest, barriers)]) - neutral
-            coef = _bounded_lstsq(x, y, used, c0_min)
+            coef = _bounded_lstsq(x, y, used, c0_min, 0.0 if rate_fixed else None)
             factors = {f: min(hi, max(lo, math.exp(c))) for f, c in zip(used, coef[1:])}
             costs = KernelCosts(barrier_s=barrier, cached_traffic=share, **factors)
             fitted = replace(dev, kernel_flops=rate0 / math.exp(coef[0]), kernel=costs)
@@ -141,10 +145,10 @@ def fit_kernel_costs(samples: list[KernelSample], dev: DeviceSpec, item: int = 4
 
 
 def fit_tile_factors(samples: list[KernelSample], dev: DeviceSpec,
-                     item: int = 4) -> tuple[tuple[int, int, int, float], ...]:
+                     item: int = 4) -> tuple[tuple[int, int, int, str, float], ...]:
     """``DeviceSpec.kernel_tiles`` from the tile probe's ``samples``: at each shape, register
-    tiles that differ in nothing else, timed side by side, the first sample's tile the default
-    (its factor 1).  A sample's residual is what its time leaves beyond the model's traffic,
+    tiles under each loop order that differ in nothing else, timed side by side, the first
+    sample's the default (its factor 1).  A sample's residual is what its time leaves beyond the model's traffic,
     packing and micro-kernel calls, over the model's arithmetic with no factor (which prices
     its partial tiles): the part a tile's factor scales, as :func:`fit_kernel_costs` takes it;
     a tile's factor is the mean over the shapes of its log residual less the default's there,
@@ -152,7 +156,7 @@ def fit_tile_factors(samples: list[KernelSample], dev: DeviceSpec,
     if not samples:
         return ()
     d0 = replace(dev, f32_flops=0.0, kernel=KernelCosts(), kernel_tiles=())
-    key = lambda p: (p.vec_bytes, p.mr, -(-p.nr // p.lanes(item)))
+    key = lambda p: (p.vec_bytes, p.mr, -(-p.nr // p.lanes(item)), p.outer)
     ref = key(samples[0].params)
     by_shape: dict[tuple, dict[tuple, float]] = {}
     for s in samples:
@@ -168,3 +172,26 @@ def fit_tile_factors(samples: list[KernelSample], dev: DeviceSpec,
     lo, hi = FACTOR_RANGE
     return tuple((*k, min(hi, max(lo, math.exp(float(np.mean(g))))))
                  for k, g in sorted(gaps.items()))
+
+
+def default_rate(samples: list[KernelSample], dev: DeviceSpec, item: int = 4) -> float:
+    """The kernel's rate (``kernel_flops``) at which ``dev``'s model (its factors and tile
+    table as fitted) gives the tile probe's default configuration (its first sample at each
+    shape) the time it measured: the geometric mean over the shapes of the fitted rate scaled
+    by the model's arithmetic over what the measured time leaves beyond the model's traffic,
+    packing and calls; never above the FMA peak.  Why: the random configurations' fit places
+    its intercept where it explains most of them, and that priced the default 11 % faster than
+    measured on the 2-core Xeon (306 against 276 GFLOP/s at 512 x 1024 x 256), and every
+    kernel group of a plan with it, beside library GEMMs the model prices right; the table's
+    factors are relative to the default, so the default is where the rate is measured."""
+    d0 = replace(dev, f32_flops=0.0)
+    rate0 = dev.kernel_flops or dev.gemm_flops
+    first: dict[tuple, KernelSample] = {}
+    for s in samples:
+        first.setdefault(s.shape, s)
+    logs = []
+    for s in first.values():
+        arith, rest = plain_kernel_parts(*s.shape, s.params, item, d0)
+        logs.append(math.log(arith / max(s.seconds - rest, 0.1 * s.seconds, 1e-12)))
+    rate = rate0 * math.exp(float(np.mean(logs))) if logs else rate0
+    return min(rate, peak_flops(dev, item))

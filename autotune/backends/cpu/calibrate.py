@@ -18,6 +18,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 from costmodel.devices import CPU_DEFAULT, DeviceSpec
+from search_spaces.kernel import OUTERS
 from db.store import default_db_path
 
 from autotune.cache_dirs import kernels_dir
@@ -44,9 +45,11 @@ from autotune.cache_dirs import kernels_dir
 # 13: + the core's L2 (tile_cache_bytes, from Linux) and the A-panel-outer order's price once
 #     its B block outgrows half of it (kernel.outer_a_spill), a wide shape among the kernel's
 #     probes (kernel_probe.KERNEL_SHAPES) to fit it
-# 14: + the register tiles' table (kernel_tiles): every tile the search offers timed side by
-#     side with the default's blocks (kernel_probe.measure_tiles,
-#     costmodel.kernel_fit.fit_tile_factors), the rest of the kernel's terms fitted around it
+# 14: + the register tiles' table (kernel_tiles): every tile the search offers, under each
+#     loop order, timed side by side with the default's blocks (kernel_probe.measure_tiles,
+#     costmodel.kernel_fit.fit_tile_factors); the kernel's rate from the default's time there
+#     (kernel_fit.default_rate), its other factors fitted around both on random
+#     configurations timed as the tiles are (medians of interleaved batches)
 CALIBRATION_VERSION = 14
 CALIBRATION_FILE = "calibration-cpu.json"
 DEFAULT_GEMM_N = 2048
@@ -128,15 +131,18 @@ def _number(key: str, v, zero_ok: bool) -> float:
     return v
 
 
-def _tiles(rows) -> tuple[tuple[int, int, int, float], ...]:
-    """The record's kernel_tiles: [vector bytes, rows, vectors across, factor] each."""
-    if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) == 4 for r in rows):
-        raise ValueError("kernel_tiles is not a list of [vector bytes, rows, vectors, factor]")
+def _tiles(rows) -> tuple[tuple[int, int, int, str, float], ...]:
+    """The record's kernel_tiles: [vector bytes, rows, vectors across, outer, factor] each."""
+    if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) == 5 for r in rows):
+        raise ValueError("kernel_tiles is not a list of [vector bytes, rows, vectors, outer, "
+                         "factor]")
     out = []
-    for vb, mr, nv, f in rows:
+    for vb, mr, nv, outer, f in rows:
         if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in (vb, mr, nv)):
             raise ValueError(f"kernel_tiles: {[vb, mr, nv]} are not positive integers")
-        out.append((vb, mr, nv, float(_number("kernel_tiles factor", f, False))))
+        if outer not in OUTERS:
+            raise ValueError(f"kernel_tiles: {outer!r} is no loop order ({', '.join(OUTERS)})")
+        out.append((vb, mr, nv, outer, float(_number("kernel_tiles factor", f, False))))
     return tuple(out)
 
 

@@ -280,10 +280,11 @@ def report_lines(rec: dict) -> list[str]:
                    f"configurations; log error {fit.get('rms_log_before', math.nan):.2f} -> "
                    f"{fit.get('rms_log_after', math.nan):.2f} with its factors)")
         tiles = rec.get("kernel_tiles", [])
-        out.append("  tiles:    " + (", ".join(f"{mr}x{nv * vb // 4} x{f:.2f}"
-                                               for vb, mr, nv, f in tiles)
-                                     + "  (float32 register tiles timed beside the default, "
-                                     "its blocks)" if tiles else "not timed side by side"))
+        out.append("  tiles:    " + (", ".join(f"{mr}x{nv * vb // 4}/{outer} x{f:.2f}"
+                                               for vb, mr, nv, outer, f in tiles)
+                                     + "  (float32 register tiles / loop order, timed beside "
+                                     "the default with its blocks)" if tiles
+                                     else "not timed side by side"))
         out.append("  factors:  " + ", ".join(f"{k} x{v:.2f}" for k, v in sorted(kc.items())
                                               if k not in ("barrier_s", "cached_traffic"))
                    + f"; barrier {kc.get('barrier_s', 0.0) * 1e6:.1f} us; traffic of operands "

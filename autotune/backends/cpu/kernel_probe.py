@@ -27,7 +27,8 @@ import numpy as np
 
 from costmodel.devices import DeviceSpec
 from costmodel.kernel_factors import SHORT_TILE_ROWS
-from costmodel.kernel_fit import KernelSample, fit_kernel_costs, fit_tile_factors
+from costmodel.kernel_fit import (KernelSample, default_rate, fit_kernel_costs,
+                                  fit_tile_factors)
 from search_spaces.kernel import (KernelBounds, KernelParams, chosen_params, kernel_options,
                                   legalize)
 
@@ -56,12 +57,13 @@ def random_params(bounds: KernelBounds, batch: int, count: int, seed: int,
 
 def tile_params(bounds: KernelBounds, item: int = 4) -> list[KernelParams]:
     """The tile probe's configurations, the default first: every register tile the search
-    offers (but those of 4 rows or fewer, which short_tile prices), each with the default
-    configuration's blocks, loop order and packing (rounded to the tile), so that the tile
-    alone differs."""
+    offers (but those of 4 rows or fewer, which short_tile prices) under each loop order, with
+    the default configuration's blocks and packing (rounded to the tile), so that the tile and
+    the order alone differ."""
     o = kernel_options(bounds, item, 1)
-    return list(dict.fromkeys([o.default] + [legalize(replace(o.default, mr=mr, nr=nr), item)
-                                             for mr, nr in o.tiles if mr > SHORT_TILE_ROWS]))
+    return list(dict.fromkeys([o.default] + [
+        legalize(replace(o.default, mr=mr, nr=nr, outer=outer), item)
+        for mr, nr in o.tiles if mr > SHORT_TILE_ROWS for outer in o.outers]))
 
 
 def measure_kernel(bounds: KernelBounds, cache_dir: Path, repeats: int, samples: int,
@@ -71,7 +73,7 @@ def measure_kernel(bounds: KernelBounds, cache_dir: Path, repeats: int, samples:
     rng = np.random.default_rng(seed)
     return [s for i, (name, shape) in enumerate((shapes or KERNEL_SHAPES).items())
             for s in _timed(name, shape, random_params(bounds, shape[0], samples, seed + i),
-                            cache_dir, repeats, rng)]
+                            cache_dir, repeats, rng, median_times)]
 
 
 def measure_tiles(bounds: KernelBounds, cache_dir: Path, repeats: int,
@@ -85,11 +87,12 @@ def measure_tiles(bounds: KernelBounds, cache_dir: Path, repeats: int,
                             median_times)]
 
 
-# The tile probe's rounds: its tiles differ by a few per cent, so each tile's time is the
-# median over rounds of the median of a batch of calls (about BATCH_S of them), not the best
-# run: at 512 x 1024 x 256 on the 2-core Xeon the best of up to 50 runs (probes.best_times)
-# put 6 x 32 tiles at 0.99 and 1.10x the rate of 6 x 64 in two calibrations, where medians of
-# 7 rounds of 20 calls put them at 0.95 and 0.98 (one process, bench/results/xeon-kernel-tiles)
+# The kernel probes' rounds: tiles differ by a few per cent, so each configuration's time is
+# the median over rounds of the median of a batch of calls (about BATCH_S of them), not the
+# best run: on the 2-core Xeon the best of up to 50 runs (probes.best_times) put 6 x 32 tiles
+# at 0.99-1.01x the rate of 6 x 64 at 512 x 1024 x 256 and 1.08-1.11x at 4096 x 512 x 128
+# over three probes, where medians of 7 rounds of 20 calls put them at 0.95 and 0.98, and a C
+# driver's at 0.93 and 0.97 (bench/results/xeon-kernel-tiles).  Plans are timed by medians too.
 TILE_ROUNDS = 7
 BATCH_S = 0.02
 
@@ -145,11 +148,16 @@ def kernel_terms(samples: list[KernelSample], dev: DeviceSpec,
                  tiles: list[KernelSample] = ()) -> dict:
     """The calibration record's kernel terms (``kernel_flops``, the ``kernel`` section and the
     fit's quality) from ``samples`` measured on the machine ``dev`` describes, with the
-    register tiles' table (``kernel_tiles``) from the tile probe's ``tiles`` (none: no table),
-    the rest fitted around it."""
-    table = fit_tile_factors(list(tiles), dev)
+    register tiles' table (``kernel_tiles``) from the tile probe's ``tiles``, the other
+    factors fitted around it, and the kernel's rate set where the model gives the probe's
+    default configuration its measured time (``kernel_fit.default_rate``; no tiles: the
+    fit's rate)."""
+    tiles = list(tiles)
+    table = fit_tile_factors(tiles, dev)
     fit = fit_kernel_costs(samples, replace(dev, kernel_tiles=table))
-    return {"kernel_flops": fit.kernel_flops, "kernel": asdict(fit.costs),
+    rate = default_rate(tiles, replace(dev, kernel_flops=fit.kernel_flops, kernel=fit.costs,
+                                       kernel_tiles=table)) if tiles else fit.kernel_flops
+    return {"kernel_flops": rate, "kernel": asdict(fit.costs),
             "kernel_tiles": [list(t) for t in table],
             "kernel_fit": {"rms_log_before": fit.rms_log_before,
                            "rms_log_after": fit.rms_log_after, "samples": fit.samples}}
