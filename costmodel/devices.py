@@ -109,12 +109,6 @@ class DeviceSpec:
     functions: FunctionCosts = FunctionCosts()
     kernel_flops: float = 0.0  # the generated contraction kernel on large shapes (0: gemm_flops)
     kernel: KernelCosts = KernelCosts()
-    # the generated kernel's register tiles under each loop order against its default
-    # configuration, timed side by side with the default's blocks and packing (`autotune
-    # calibrate`'s tile probe): (vector bytes, rows, vectors across, outer, factor on the
-    # kernel's arithmetic); a tile not listed is priced by the KernelCosts flags alone
-    # (costmodel.kernel_factors.tile_factor)
-    kernel_tiles: tuple[tuple[int, int, int, str, float], ...] = ()
     # a library TF32 GEMM on tensor cores: the share of ``tf32_flops`` it reaches on large
     # shapes, and its shape classes (costmodel.rates.precision_rate)
     tensor_share: float = 0.65
@@ -131,8 +125,7 @@ class DeviceSpec:
     def from_dict(d: dict) -> "DeviceSpec":
         nested = {"gemm_shapes": GemmShapes, "access": AccessCosts, "functions": FunctionCosts,
                   "kernel": KernelCosts, "tensor_shapes": GemmShapes}
-        return DeviceSpec(**{k: nested[k](**v) if k in nested and isinstance(v, dict) else
-                             tuple(tuple(t) for t in v) if k == "kernel_tiles" else v
+        return DeviceSpec(**{k: nested[k](**v) if k in nested and isinstance(v, dict) else v
                              for k, v in d.items()})
 
 

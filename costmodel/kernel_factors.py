@@ -13,7 +13,6 @@ from .devices import DeviceSpec
 # A read in place: its rows' length decides the cost (short rows lie side by side as a packed
 # panel does, long ones put the mr lines far apart): docs/costmodel.md, section 3.
 SHORT_ROW_BYTES = 256
-SHORT_TILE_ROWS = 4          # a register tile of this many rows or fewer: short_tile
 MAX_EXCESS = 2.0
 
 
@@ -31,17 +30,6 @@ def b_block_excess(p: KernelParams, item: int, kk: int, n: int, dev: DeviceSpec)
     return min(MAX_EXCESS, max(0.0, block / dev.tile_cache_bytes - 0.5))
 
 
-def tile_factor(p: KernelParams, item: int, dev: DeviceSpec) -> float | None:
-    """The calibrated factor of ``p``'s register tile under its loop order
-    (``dev.kernel_tiles``: rows, vectors across, at its vector width), or None where the table
-    has none."""
-    nv = -(-p.nr // p.lanes(item))
-    for vb, mr, vectors, outer, factor in dev.kernel_tiles:
-        if (vb, mr, vectors, outer) == (p.vec_bytes, p.mr, nv, p.outer):
-            return factor
-    return None
-
-
 def kernel_flags(p: KernelParams | None, item: int, kk: int, n: int, c_bytes: float,
                  dev: DeviceSpec) -> dict[str, float]:
     """How much of each of the :class:`~costmodel.devices.KernelCosts` factors applies to
@@ -52,12 +40,9 @@ def kernel_flags(p: KernelParams | None, item: int, kk: int, n: int, c_bytes: fl
         return {}
     short = kk * item <= SHORT_ROW_BYTES
     outer_a = p.outer == OUTER_A
-    # a tile the calibration timed beside the default, under this order, carries its own factor
-    timed = tile_factor(p, item, dev) is not None
     flags = {"stream_cached": p.stream and kk <= p.kc and c_bytes <= dev.cache_bytes,
              "unpacked_a": not p.pack_a and not short, "unpacked_a_short": not p.pack_a and short,
-             "unpacked_b": not p.pack_b, "short_tile": p.mr <= SHORT_TILE_ROWS,
-             "one_vector": p.nr <= p.lanes(item) and not timed,
-             "outer_a": outer_a and not timed}
+             "unpacked_b": not p.pack_b, "short_tile": p.mr <= 4,
+             "one_vector": p.nr <= p.lanes(item), "outer_a": outer_a}
     return {**{k: float(v) for k, v in flags.items()},
             "outer_a_spill": b_block_excess(p, item, kk, n, dev) if outer_a else 0.0}

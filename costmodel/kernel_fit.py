@@ -24,7 +24,7 @@ from search_spaces.kernel import KernelParams
 
 from .devices import DeviceSpec, KernelCosts
 from .kernel_cost import kernel_threads, peak_flops, plain_kernel_parts, plain_kernel_s
-from .kernel_factors import SHORT_TILE_ROWS, kernel_flags
+from .kernel_factors import kernel_flags
 
 FACTORS = tuple(f.name for f in fields(KernelCosts) if f.name not in ("barrier_s",
                                                                        "cached_traffic"))
@@ -35,9 +35,9 @@ CACHED_GRID = (1.0, 0.75, 0.5, 0.25, 0.0)
 FACTOR_RANGE = (0.5, 4.0)
 # Factors that cannot speed a configuration up, whatever a few noisy samples say: a register
 # tile of 4 rows (short_tile) uses each loaded B vector 4 times against 6 or more, one vector
-# wide (one_vector, where the tile probe did not time it) each broadcast A element once.
-# Fitted free, short_tile came out 0.85 on the 2-core Xeon (75 samples, log error 0.17), and
-# the search's first picks were 4 x 64 tiles: gated_mlp's best plan (two such kernel groups) ran 4.09 ms against 3.81 with 6 x 64 tiles
+# wide (one_vector) each broadcast A element once.  Fitted free, short_tile came out 0.85 on
+# the 2-core Xeon (75 samples, log error 0.17), and the search's first picks were 4 x 64 tiles:
+# gated_mlp's best plan (two such kernel groups) ran 4.09 ms against 3.81 with 6 x 64 tiles
 # (one process, 15 interleaved rounds); the micro-kernel alone, operands in cache, one core:
 # 4 x 64 143 GFLOP/s, 6 x 64 168, 12 x 32 171.
 AT_LEAST_ONE = ("short_tile", "one_vector")
@@ -62,12 +62,11 @@ class KernelFit:
     samples: int
 
 
-def _bounded_lstsq(x: np.ndarray, y: np.ndarray, used: list[str], c0_min: float,
-                   c0: float | None = None) -> np.ndarray:
-    """Least squares for [c0, c_i...] with c0 >= ``c0_min`` (held at ``c0`` where given) and
-    each factor of :data:`AT_LEAST_ONE` at 1 or more: a coefficient past its bound is held there
-    and the rest fitted again, until none is."""
-    held: dict[int, float] = {} if c0 is None else {0: c0}
+def _bounded_lstsq(x: np.ndarray, y: np.ndarray, used: list[str], c0_min: float) -> np.ndarray:
+    """Least squares for [c0, c_i...] with c0 >= ``c0_min`` and each factor of
+    :data:`AT_LEAST_ONE` at 1 or more: a coefficient past its bound is held there and the rest
+    fitted again, until none is."""
+    held: dict[int, float] = {}
     while True:
         free = [j for j in range(x.shape[1]) if j not in held]
         rest = y - sum((x[:, j] * v for j, v in held.items()), np.zeros_like(y))
@@ -89,12 +88,9 @@ def _flags(s: KernelSample, item: int, dev: DeviceSpec) -> dict[str, float]:
     return kernel_flags(s.params, item, k, n, float(b * m * n * item), dev)
 
 
-def fit_kernel_costs(samples: list[KernelSample], dev: DeviceSpec, item: int = 4,
-                     rate_fixed: bool = False) -> KernelFit:
+def fit_kernel_costs(samples: list[KernelSample], dev: DeviceSpec, item: int = 4) -> KernelFit:
     """The kernel terms that best explain ``samples`` (measured on ``dev``'s machine; ``dev``
-    supplies the rest of the model: bandwidth, launch costs, cores, cache size).  With
-    ``rate_fixed`` the kernel's rate is ``dev.kernel_flops`` as given and only the factors
-    are fitted."""
+    supplies the rest of the model: bandwidth, launch costs, cores, cache size)."""
     if not samples:
         raise ValueError("no kernel samples to fit")
     rate0 = dev.kernel_flops or dev.gemm_flops
@@ -125,7 +121,7 @@ def fit_kernel_costs(samples: list[KernelSample], dev: DeviceSpec, item: int = 4
         for barrier in BARRIER_GRID_S:
             y = np.log([max(s.seconds - r - nb * barrier, 0.1 * s.seconds, 1e-12)
                         for s, r, nb in zip(samples, rest, barriers)]) - neutral
-            coef = _bounded_lstsq(x, y, used, c0_min, 0.0 if rate_fixed else None)
+            coef = _bounded_lstsq(x, y, used, c0_min)
             factors = {f: min(hi, max(lo, math.exp(c))) for f, c in zip(used, coef[1:])}
             costs = KernelCosts(barrier_s=barrier, cached_traffic=share, **factors)
             fitted = replace(dev, kernel_flops=rate0 / math.exp(coef[0]), kernel=costs)
@@ -137,61 +133,8 @@ def fit_kernel_costs(samples: list[KernelSample], dev: DeviceSpec, item: int = 4
                 best = (rss, fitted, err)
     _, fitted, after = best
     rate, costs = fitted.kernel_flops, fitted.kernel
-    d0 = replace(dev, kernel_flops=rate0, kernel=KernelCosts(), kernel_tiles=())
+    d0 = replace(dev, kernel_flops=rate0, kernel=KernelCosts())
     y0 = seconds - np.log([plain_kernel_s(*s.shape, s.params, item, d0) for s in samples])
     before = y0 - np.mean(y0)
     return KernelFit(rate, costs, float(np.sqrt(np.mean(before ** 2))),
                      float(np.sqrt(np.mean(after ** 2))), len(samples))
-
-
-def fit_tile_factors(samples: list[KernelSample], dev: DeviceSpec,
-                     item: int = 4) -> tuple[tuple[int, int, int, str, float], ...]:
-    """``DeviceSpec.kernel_tiles`` from the tile probe's ``samples``: at each shape, register
-    tiles under each loop order that differ in nothing else, timed side by side, the first
-    sample's the default (its factor 1).  A sample's residual is what its time leaves beyond the model's traffic,
-    packing and micro-kernel calls, over the model's arithmetic with no factor (which prices
-    its partial tiles): the part a tile's factor scales, as :func:`fit_kernel_costs` takes it;
-    a tile's factor is the mean over the shapes of its log residual less the default's there,
-    within :data:`FACTOR_RANGE`."""
-    if not samples:
-        return ()
-    d0 = replace(dev, f32_flops=0.0, kernel=KernelCosts(), kernel_tiles=())
-    key = lambda p: (p.vec_bytes, p.mr, -(-p.nr // p.lanes(item)), p.outer)
-    ref = key(samples[0].params)
-    by_shape: dict[tuple, dict[tuple, float]] = {}
-    for s in samples:
-        if s.params.mr > SHORT_TILE_ROWS:
-            arith, rest = plain_kernel_parts(*s.shape, s.params, item, d0)
-            by_shape.setdefault(s.shape, {})[key(s.params)] = math.log(
-                max(s.seconds - rest, 0.1 * s.seconds, 1e-12) / arith)
-    gaps: dict[tuple, list[float]] = {}
-    for resid in by_shape.values():
-        if ref in resid:
-            for k, r in resid.items():
-                gaps.setdefault(k, []).append(r - resid[ref])
-    lo, hi = FACTOR_RANGE
-    return tuple((*k, min(hi, max(lo, math.exp(float(np.mean(g))))))
-                 for k, g in sorted(gaps.items()))
-
-
-def default_rate(samples: list[KernelSample], dev: DeviceSpec, item: int = 4) -> float:
-    """The kernel's rate (``kernel_flops``) at which ``dev``'s model (its factors and tile
-    table as fitted) gives the tile probe's default configuration (its first sample at each
-    shape) the time it measured: the geometric mean over the shapes of the fitted rate scaled
-    by the model's arithmetic over what the measured time leaves beyond the model's traffic,
-    packing and calls; never above the FMA peak.  Why: the random configurations' fit places
-    its intercept where it explains most of them, and that priced the default 11 % faster than
-    measured on the 2-core Xeon (306 against 276 GFLOP/s at 512 x 1024 x 256), and every
-    kernel group of a plan with it, beside library GEMMs the model prices right; the table's
-    factors are relative to the default, so the default is where the rate is measured."""
-    d0 = replace(dev, f32_flops=0.0)
-    rate0 = dev.kernel_flops or dev.gemm_flops
-    first: dict[tuple, KernelSample] = {}
-    for s in samples:
-        first.setdefault(s.shape, s)
-    logs = []
-    for s in first.values():
-        arith, rest = plain_kernel_parts(*s.shape, s.params, item, d0)
-        logs.append(math.log(arith / max(s.seconds - rest, 0.1 * s.seconds, 1e-12)))
-    rate = rate0 * math.exp(float(np.mean(logs))) if logs else rate0
-    return min(rate, peak_flops(dev, item))

@@ -18,7 +18,6 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 from costmodel.devices import CPU_DEFAULT, DeviceSpec
-from search_spaces.kernel import OUTERS
 from db.store import default_db_path
 
 from autotune.cache_dirs import kernels_dir
@@ -45,12 +44,7 @@ from autotune.cache_dirs import kernels_dir
 # 13: + the core's L2 (tile_cache_bytes, from Linux) and the A-panel-outer order's price once
 #     its B block outgrows half of it (kernel.outer_a_spill), a wide shape among the kernel's
 #     probes (kernel_probe.KERNEL_SHAPES) to fit it
-# 14: + the register tiles' table (kernel_tiles): every tile the search offers, under each
-#     loop order, timed side by side with the default's blocks (kernel_probe.measure_tiles,
-#     costmodel.kernel_fit.fit_tile_factors); the kernel's rate from the default's time there
-#     (kernel_fit.default_rate), its other factors fitted around both on random
-#     configurations timed as the tiles are (medians of interleaved batches)
-CALIBRATION_VERSION = 14
+CALIBRATION_VERSION = 13
 CALIBRATION_FILE = "calibration-cpu.json"
 DEFAULT_GEMM_N = 2048
 DEFAULT_COPY_MB = 256
@@ -131,21 +125,6 @@ def _number(key: str, v, zero_ok: bool) -> float:
     return v
 
 
-def _tiles(rows) -> tuple[tuple[int, int, int, str, float], ...]:
-    """The record's kernel_tiles: [vector bytes, rows, vectors across, outer, factor] each."""
-    if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) == 5 for r in rows):
-        raise ValueError("kernel_tiles is not a list of [vector bytes, rows, vectors, outer, "
-                         "factor]")
-    out = []
-    for vb, mr, nv, outer, f in rows:
-        if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in (vb, mr, nv)):
-            raise ValueError(f"kernel_tiles: {[vb, mr, nv]} are not positive integers")
-        if outer not in OUTERS:
-            raise ValueError(f"kernel_tiles: {outer!r} is no loop order ({', '.join(OUTERS)})")
-        out.append((vb, mr, nv, outer, float(_number("kernel_tiles factor", f, False))))
-    return tuple(out)
-
-
 def spec_from_record(rec) -> DeviceSpec:
     """:data:`CPU_DEFAULT` with the terms of a calibration record; ValueError if it is not a
     JSON object with a valid gemm_flops and bandwidth, or a term it has is invalid."""
@@ -155,8 +134,6 @@ def spec_from_record(rec) -> DeviceSpec:
            for key, (typ, zero_ok) in _FIELDS.items() if key in rec}
     if "gemm_flops" not in upd or "bandwidth" not in upd:
         raise ValueError("gemm_flops and bandwidth are required")
-    if "kernel_tiles" in rec:
-        upd["kernel_tiles"] = _tiles(rec["kernel_tiles"])
     for name in _SECTIONS:
         sec = rec.get(name, {})
         if not isinstance(sec, dict):
@@ -189,7 +166,7 @@ def load_cpu_spec(path: Path | None = None) -> DeviceSpec:
         return CPU_DEFAULT
     version = rec.get("version")
     if isinstance(version, int) and version < CALIBRATION_VERSION:
-        missing = [k for k in (*_FIELDS, *_SECTIONS, "kernel_tiles") if k not in rec] + [
+        missing = [k for k in (*_FIELDS, *_SECTIONS) if k not in rec] + [
             f"{name}.{f.name}" for name in ("access", "kernel")   # the sections written whole
             if isinstance(rec.get(name), dict)
             for f in fields(getattr(CPU_DEFAULT, name)) if f.name not in rec[name]]

@@ -132,10 +132,6 @@ def measure(gemm_n: int, copy_mb: float, repeats: int, cache_dir: Path,
                                                          kernel_samples), errors, "kernel")
         if ks is not None:
             ev["kernel_samples"] = kernel_probe.sample_records(ks)
-        tiles = _errors(lambda: kernel_probe.measure_tiles(machine_bounds(), cache_dir,
-                                                           repeats), errors, "kernel_tiles")
-        if tiles is not None:
-            ev["tile_samples"] = kernel_probe.sample_records(tiles)
     rec = {"device": "cpu", "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "machine": platform.machine(), "processor": platform.processor(),
            "numpy": np.__version__, "gemm_n": int(gemm_n), "copy_bytes": int(n * 4),
@@ -202,8 +198,7 @@ def terms(ev: dict, cores: int) -> dict:
         dev = replace(CPU_DEFAULT, cache_bytes=float(ev.get("cache_bytes",
                                                             CPU_DEFAULT.cache_bytes)), **known)
         out.update(kernel_probe.kernel_terms(
-            kernel_probe.samples_from_records(ev["kernel_samples"]), dev,
-            kernel_probe.samples_from_records(ev.get("tile_samples", []))))
+            kernel_probe.samples_from_records(ev["kernel_samples"]), dev))
     return out
 
 
@@ -279,12 +274,6 @@ def report_lines(rec: dict) -> list[str]:
                    f"contraction kernel, fitted to {fit.get('samples', '?')} random "
                    f"configurations; log error {fit.get('rms_log_before', math.nan):.2f} -> "
                    f"{fit.get('rms_log_after', math.nan):.2f} with its factors)")
-        tiles = rec.get("kernel_tiles", [])
-        out.append("  tiles:    " + (", ".join(f"{mr}x{nv * vb // 4}/{outer} x{f:.2f}"
-                                               for vb, mr, nv, outer, f in tiles)
-                                     + "  (float32 register tiles / loop order, timed beside "
-                                     "the default with its blocks)" if tiles
-                                     else "not timed side by side"))
         out.append("  factors:  " + ", ".join(f"{k} x{v:.2f}" for k, v in sorted(kc.items())
                                               if k not in ("barrier_s", "cached_traffic"))
                    + f"; barrier {kc.get('barrier_s', 0.0) * 1e6:.1f} us; traffic of operands "

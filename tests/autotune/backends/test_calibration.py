@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from autotune.backends.cpu import calibrate as cal
-from autotune.backends.cpu import host_probes, kernel_probe, probes
+from autotune.backends.cpu import host_probes, probes
 from autotune.backends.cpu.calibration_terms import MIN_TILE_S, gemm_factors, report_lines, terms
 from autotune.cli.app import app
 from costmodel.devices import CPU_DEFAULT, TRANSCENDENTALS, AccessCosts, GemmShapes
@@ -143,10 +143,7 @@ def full_record() -> dict:
             "tile_overhead_s": 2e-8, "gemm_shapes": {"skinny_k": 0.7, "skinny_mn": 1.3, "batched_small": 0.9},
             "access": {"strided_read": 25.0, "strided_write": 40.0, "transpose_copy": 20.5,
                        "far_regions": 2.5},
-            "functions": {"exp": 5.0, "tanh": 300.0},
-            "kernel_tiles": [[64, 6, 4, "b", 1.0], [64, 14, 2, "a", 1.08],
-                             [64, 28, 1, "b", 1.4]],
-            "evidence": {"anything": 1}}
+            "functions": {"exp": 5.0, "tanh": 300.0}, "evidence": {"anything": 1}}
 
 
 def test_a_current_record_round_trips(tmp_path):
@@ -164,11 +161,7 @@ def test_a_current_record_round_trips(tmp_path):
     # functions the record names are set; the others keep the default's
     assert spec.functions.exp == 5.0 and spec.functions.tanh == 300.0
     assert spec.functions.log == CPU_DEFAULT.functions.log
-    assert spec.kernel_tiles == ((64, 6, 4, "b", 1.0), (64, 14, 2, "a", 1.08),
-                                 (64, 28, 1, "b", 1.4))
     assert cal.cpu_spec_status(path) == (spec, True, ())
-    # the spec's own JSON form (a plan key's device) round-trips it too
-    assert type(spec).from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
 
 
 def test_a_version_1_file_loads_with_defaults_for_the_new_terms(tmp_path):
@@ -189,10 +182,7 @@ def test_a_version_1_file_loads_with_defaults_for_the_new_terms(tmp_path):
 
 @pytest.mark.parametrize("bad", [{"access": {"strided_read": -1.0}}, {"access": [1, 2]},
                                  {"functions": {"exp": "slow"}}, {"region_s": -1e-6},
-                                 {"launch_s": 0}, {"kernel_tiles": [[64, 6, 4, 1.0]]},
-                                 {"kernel_tiles": [[64, 6.5, 4, "b", 1.0]]},
-                                 {"kernel_tiles": [[64, 6, 4, "c", 1.0]]},
-                                 {"kernel_tiles": [[64, 6, 4, "b", -1.0]]}])
+                                 {"launch_s": 0}])
 def test_an_invalid_term_rejects_the_file(tmp_path, bad):
     path = cal.write_calibration({**full_record(), **bad}, tmp_path / "c.json")
     with pytest.warns(cal.CalibrationWarning, match="ignoring"):
@@ -211,17 +201,7 @@ def test_calibrate_prints_every_term(tmp_path, monkeypatch):
     # the kernel's terms: fitted to the default and 2 random configurations at each shape
     assert rec["kernel_fit"]["samples"] == len(rec["evidence"]["kernel_samples"]) >= 6
     assert rec["kernel_flops"] > 0 and rec["kernel"]["barrier_s"] >= 0
-    # every register tile beside the default (the first, its factor 1), at both tile shapes
-    tiles = rec["evidence"]["tile_samples"]
-    assert {tuple(t["shape"]) for t in tiles} == set(kernel_probe.TILE_SHAPES.values())
-    first = tiles[0]["params"]
-    vb, nv = first["vec_bytes"], first["nr"] * 4 // first["vec_bytes"]
-    table = {tuple(t[:4]): t[4] for t in rec["kernel_tiles"]}
-    assert table[(vb, first["mr"], nv, first["outer"])] == 1.0 and len(table) >= 2
-    assert {o for _, _, _, o in table} == {"a", "b"}
-    assert all(0.5 <= f <= 4.0 for f in table.values())
-    assert cal.load_cpu_spec().kernel_tiles == tuple(tuple(t) for t in rec["kernel_tiles"])
-    for needle in ("kernel:", "tiles:", "factors:", "gemm:", "skinny_k", "skinny_mn", "batched_small", "bandwidth:",
+    for needle in ("kernel:", "factors:", "gemm:", "skinny_k", "skinny_mn", "batched_small", "bandwidth:",
                    "strided read", "transpose copy", "strided write", "peak:", "loop:",
                    "functions:", "region:", "launch:", "library:", "cores:"):
         assert needle in r.stdout, needle
