@@ -17,19 +17,26 @@ before they sleep.  A spinning thread of one holds a core the other's next paral
 Sleeping at once has its own price: every parallel region and every GEMM then wakes a thread (on
 a virtual machine tens of microseconds each), which a plan of a few milliseconds with a dozen
 groups pays a dozen times. A short spin in between keeps the wake-ups off the back-to-back
-groups and ends before a spinning thread can hold a core for long: ``GOMP_SPINCOUNT=1000`` and
-``OPENBLAS_THREAD_TIMEOUT=14`` (2^14 cycles of the time-stamp counter: 7 us at 2.4 GHz). Spins
-of about 50 us (5000 and 17, this module's earlier values, measured on an AVX-512 host against
-the runtimes' own 3 ms and 0.1 s, which made plans 1.2-7.5x slower) were still long enough, on
-the 2-core AMD EPYC (znver1) host, to hold the core that the next group of the other runtime
-needed: odd_mlp's heuristic plan (tanh loop groups between 997x53x53 GEMMs) ran a GEMM in 170 us
-where it takes 70, and the loop groups after them in 55 us where they take 30. Heuristic plans
-called back to back, medians of 7 rounds, one process per setting, two alternations, 5000/17 ->
-1000/14: odd_mlp 414-420 -> 254-257 us, var_pow 503-509 -> 392-395 us, attention 1917-1920 ->
-1762-1771 us, gelu_mlp 3.56-3.58 -> 3.37-3.47 ms, maxpool_proj 1.37-1.38 -> 1.29-1.32 ms;
-gated_mlp, outer_product_mean, msa_row_attention and long_elementwise (loop groups only) within
-the spread of the two alternations. 5000/14 and 1000/17 each kept part of the loss; 300/12 read
-as 1000/14 (bench/results/threads-spin/).
+groups and ends before a spinning thread can hold a core for long: ``GOMP_SPINCOUNT=10000``
+(about 110 us on the 2-core Xeon) and ``OPENBLAS_THREAD_TIMEOUT=14`` (2^14 cycles of the
+time-stamp counter: 7 us at 2.4 GHz). Spins of about 50 us (5000 and 17, measured on an AVX-512
+host against the runtimes' own 3 ms and 0.1 s, which made plans 1.2-7.5x slower) were still long
+enough, on the 2-core AMD EPYC (znver1) host, to hold the core that the next group of the other
+runtime needed: odd_mlp's heuristic plan (tanh loop groups between 997x53x53 GEMMs) ran a GEMM
+in 170 us where it takes 70. Heuristic plans called back to back, medians of 7 rounds, one
+process per setting, two alternations, 5000/17 -> 1000/14: odd_mlp 414-420 -> 254-257 us,
+var_pow 503-509 -> 392-395 us, attention 1917-1920 -> 1762-1771 us; 5000/14 and 1000/17 each
+kept part of the loss (bench/results/threads-spin/).
+
+Those were plans of library GEMMs. Searched plans now run their contractions in the generated
+kernel, OpenMP groups back to back, and there 1000 (11 us on the Xeon) was too short: the
+workers slept between groups and at the regions' joins, and each woke late (2-core Xeon,
+bench/thread_spin.py on the cached best plans of an all-built-ins run, two alternations, 1000
+-> 10000: attention 1438/1384 -> 1297/1199 us, gated_mlp 4216/4048 -> 3831/3754 us, gelu_mlp
+3268/2968 -> 2839/2544 us); their heuristic plans (library GEMMs) moved -5 to +3 %, odd_mlp's
+-10 %, var_pow's (a 0.5 ms plan) +17 %. 30000 gained no more on the best plans and cost the
+library plans 12-56 % (attention's heuristic 2.7 -> 3.3 ms), 3000 gained little
+(bench/results/xeon-thread-spin/).
 
 Both runtimes read their variable once, when they are loaded, so :func:`apply` runs at
 ``import autotune``, before NumPy is imported; a value the user set wins.  A runtime loaded
@@ -44,7 +51,7 @@ import warnings
 
 # (variable, value, a substring of the runtime library's file name)
 SETTINGS = (("OMP_WAIT_POLICY", "PASSIVE", "libgomp"),
-            ("GOMP_SPINCOUNT", "1000", "libgomp"),
+            ("GOMP_SPINCOUNT", "10000", "libgomp"),
             ("OPENBLAS_THREAD_TIMEOUT", "14", "openblas"))
 # libgomp's spin count overrides its wait policy: one a user chose is not overridden
 _UNLESS = {"GOMP_SPINCOUNT": "OMP_WAIT_POLICY"}

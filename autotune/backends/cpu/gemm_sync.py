@@ -9,7 +9,7 @@ from __future__ import annotations
 
 # How long a thread waits at the kernel's barrier spinning before it sleeps (microseconds).
 # Why not OpenMP's barrier: it sleeps after GOMP_SPINCOUNT spins (autotune.threads keeps that
-# short, about 11 us on the 2-core Xeon, so that an idle runtime frees its core for the other),
+# short, about 110 us on the 2-core Xeon, so that an idle runtime frees its core for the other),
 # and a thread a little late costs the sleeper a futex wake-up of tens of microseconds, per
 # barrier.  Measured there (one process, 7 interleaved rounds, scratch A/B of the same kernels
 # with either barrier, 6 x 64 tiles): 256 x 512 x 512 192 -> 208 GFLOP/s, 256 x 128 x 4096

@@ -223,7 +223,7 @@ def test_worker_tolerance_and_non_finite_outputs(w, plans, hostile):
 
 
 @pytest.mark.parametrize("var, default", [("OMP_WAIT_POLICY", "PASSIVE"),
-                                          ("GOMP_SPINCOUNT", "1000"),
+                                          ("GOMP_SPINCOUNT", "10000"),
                                           ("OPENBLAS_THREAD_TIMEOUT", "14")])
 @pytest.mark.parametrize("preset", [None, "7"])
 def test_idle_threads_sleep_between_groups_unless_the_user_says_otherwise(var, default, preset):
