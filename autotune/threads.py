@@ -85,6 +85,16 @@ def late() -> tuple[str, ...]:
     return tuple(_late)
 
 
+def settings() -> dict[str, str | None]:
+    """Each thread variable as this process's runtimes were started with (None: unset), and
+    ``late`` for those a runtime loaded before :func:`apply` ignores.  A bench records it:
+    every contender of its process runs under them, torch.compile's own libgomp included (at
+    ``GOMP_SPINCOUNT=1000`` its workers slept between regions as ours did; see the module)."""
+    out: dict[str, str | None] = {var: os.environ.get(var) for var, _, _ in SETTINGS}
+    out["late"] = " ".join(_late) or None
+    return out
+
+
 def warn_if_late() -> None:
     """One warning naming the settings a runtime loaded too early ignores, and the fix."""
     if _late:

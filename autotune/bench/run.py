@@ -41,6 +41,7 @@ from typing import Any, Callable
 from db.records import BestPlan, Status
 from search_spaces.workload import Workload
 
+from autotune import threads
 from autotune.bench.isolated import isolated_runner
 from autotune.bench.peers import PeerUnavailable   # a builder raises it when its framework is missing
 from autotune.bench.result import (DEFAULT_OUT, ORDER, PEER_NAMES, SAME_PLAN, BenchResult,
@@ -244,6 +245,8 @@ def run_bench(w: Workload, device: str = "cpu", peers=PEER_NAMES, rounds: int = 
                  # how busy the machine was over the run (1, 5, 15 min at its end): a shared
                  # machine's figures are read with it
                  "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+                 # the idle threads' spins every contender here ran under (torch's too)
+                 "threads": threads.settings(),
                  **({"compute_capability": env.compute_capability, "driver": env.driver,
                      "cuda_runtime": env.cuda_runtime} if env.kind == "cuda" else {})},
         versions={"autotune": __version__, **{d: dist_version(d) for d in VERSION_DISTS}},

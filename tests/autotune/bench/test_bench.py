@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -68,6 +69,10 @@ def test_run_bench_searches_times_and_saves(searched):
     assert rec["command"] == "autotune bench x"
     assert rec["contenders"]["jax"]["times_s"] == list(res.contender("jax").times_s)
     assert rec["versions"]["numpy"] == np.__version__ and rec["machine"]["cores"] >= 1
+    # the thread spins every contender ran under (torch.compile's libgomp reads them too)
+    spins = rec["machine"]["threads"]
+    assert set(spins) == {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPENBLAS_THREAD_TIMEOUT", "late"}
+    assert spins["GOMP_SPINCOUNT"] == os.environ["GOMP_SPINCOUNT"]
     assert rec["best_plan"]["plan_key"] and rec["search"]["budget"] == 4
     table = format_table(rec)
     assert table == format_table(res)
