@@ -234,6 +234,7 @@ def test_kernel_loops_take_the_kernels_vector_width(march, tmp_path):
     import platform
     import shutil
     import subprocess
+    from autotune.environment import compiler_version
     p = default_params(KernelBounds((64, 32), 32), 4)
     epi = Transform("({x} > 0 ? {x} : 0.125f * {x})")
     wide = kernel_source(KernelSpec(p, epilogue=epi))
@@ -243,8 +244,7 @@ def test_kernel_loops_take_the_kernels_vector_width(march, tmp_path):
     assert pragma not in narrow
     if platform.machine() != "x86_64" or shutil.which("cc") is None:
         pytest.skip("x86-64 targets need an x86-64 cc")
-    version = subprocess.run(["cc", "--version"], capture_output=True, text=True).stdout
-    if "clang" in version.lower():
+    if "clang" in compiler_version().lower():
         pytest.skip("clang has no prefer-vector-width target option (the source guards it)")
     asm = {}
     for name, src in (("wide", wide), ("unasked", wide.replace(WIDE_PRAGMA, "")),
