@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from search_spaces.kernel import OUTER_A, KernelParams
+from search_spaces.kernel import OUTER_A, SPLIT_M, KernelParams
 
 from .devices import DeviceSpec
 
@@ -46,3 +46,25 @@ def kernel_flags(p: KernelParams | None, item: int, kk: int, n: int, c_bytes: fl
              "one_vector": p.nr <= p.lanes(item), "outer_a": outer_a}
     return {**{k: float(v) for k, v in flags.items()},
             "outer_a_spill": b_block_excess(p, item, kk, n, dev) if outer_a else 0.0}
+
+
+# Split "m" over a batch runs the items in lockstep: every thread takes its rows of each item
+# and waits at the item's barrier for the slowest (a core the host slowed, a B panel another
+# thread is still packing); split "batch" runs whole items with no wait between them.  The
+# calibrated barrier_s (1-4 us) prices the barrier, not the wait, so the model ranked the two
+# alike.  Measured (2-core Xeon, one process, best of 7 interleaved rounds, 6 x 64 tiles, outer
+# a, kc 384 and 256): split m against batch took 1.19-1.34x at 8 x 256 x 256 x 32 (attention's
+# heads), 1.05-1.17x at 4 x 512^3, 0.99-1.14x at 8 x 702^3 (the higher with B transposed, as
+# the triangle einsum reads it), and trimul_outgoing N=702's einsum in its cached plan ran
+# 453-470 ms split m against 352-356 ms split batch (the whole plan 1.18-1.21 s against
+# 1.29-1.32 s).  The low end of that range, as a share of the arithmetic.
+LOCKSTEP_WAIT = 0.10
+
+
+def lockstep_factor(p: KernelParams | None, b: int, dev: DeviceSpec) -> float:
+    """The factor on the arithmetic of ``b`` items that split "m" runs in lockstep where split
+    "batch" could run them apart (at least as many items as cores); 1.0 otherwise."""
+    cores = max(dev.parallel_units, 1)
+    if p is None or dev.kind != "cpu" or p.split != SPLIT_M or b < max(2, cores):
+        return 1.0
+    return 1.0 + LOCKSTEP_WAIT
