@@ -127,7 +127,6 @@ def test_factors_and_barriers_move_the_time():
         kernel_compute_s(1, 4096, 512, 128, params(), 4, 8e6, neutral)
 
 
-
 def test_items_in_lockstep_pay_a_wait_that_split_batch_does_not():
     """Split m over a batch meets at every item's barrier (the faster thread waits): its
     arithmetic pays LOCKSTEP_WAIT more than split batch's, which had priced the two alike
