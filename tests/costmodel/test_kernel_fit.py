@@ -146,6 +146,7 @@ def test_items_in_lockstep_pay_a_wait_that_split_batch_does_not():
     assert lockstep_factor(params(), 3, replace(dev, parallel_units=4)) == 1.0
     assert lockstep_factor(params(), 4, replace(dev, parallel_units=4)) == 1 + LOCKSTEP_WAIT
 
+
 def test_no_configuration_is_priced_above_the_fma_peak():
     fast = replace(CPU_DEFAULT, f32_flops=200e9, kernel_flops=300e9,
                    kernel=KernelCosts(outer_a=0.5, barrier_s=0.0))
