@@ -72,6 +72,9 @@ class KernelCosts:
     # (tile_cache_bytes): raised to the block's excess over that half, in L2s
     # (costmodel.kernel_cost.b_block_excess)
     outer_a_spill: float = 1.0
+    # split "n": threads take whole chunks of C's columns, sharing no packed B and meeting at
+    # no barrier (search_spaces.kernel.column_chunk)
+    split_n: float = 1.0
     barrier_s: float = 0.0       # one barrier of the threads sharing a batch item (split "m")
     # the share of its traffic's time (bytes / bandwidth) a product whose operands all fit in
     # the last-level cache still pays: its reads come from the cache, not DRAM

@@ -27,7 +27,7 @@ from .devices import DeviceSpec
 from .estimate import GroupCost
 
 KERNEL_FLAGS = ("short_tile", "one_vector", "unpacked_a", "unpacked_b", "split_batch",
-                "outer_a", "stream")
+                "outer_a", "stream", "split_n")
 KINDS = ("library", "kernel", "loop_memory", "loop_compute", "chain")
 GROUP_FEATURES = (
     *(f"is_{k}" for k in KINDS),
@@ -64,7 +64,7 @@ def _kernel_flags(cand: Candidate, g: GroupCost, item: int) -> tuple[float, ...]
     if p is None:
         return (0.0,) * (len(KERNEL_FLAGS) + 2)
     flags = (p.mr <= 4, p.nr <= p.lanes(item), not p.pack_a, not p.pack_b,
-             p.split == "batch", p.outer == "a", p.stream)
+             p.split == "batch", p.outer == "a", p.stream, p.split == "n")
     return tuple(float(f) for f in flags) + (math.log(p.kc), math.log(p.nc))
 
 

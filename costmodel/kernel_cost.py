@@ -31,7 +31,8 @@ from search_spaces.footprint import strides
 from search_spaces.gemm import (as_matrix_view, gathered, gemm_form, group_size, operand_groups,
                                  staged_run)
 from search_spaces.ir import accesses
-from search_spaces.kernel import PACK_ALL_BYTES, SPLIT_BATCH, KernelParams, pair_params
+from search_spaces.kernel import (PACK_ALL_BYTES, SPLIT_BATCH, SPLIT_N, KernelParams,
+                                  column_chunk, pair_params)
 from search_spaces.partition import Group
 from search_spaces.serial import kernel_serial
 from search_spaces.symmetry import computed_share, symmetric_kernel
@@ -134,12 +135,13 @@ def kernel_threads(b: int, m: int, n: int, kk: int, p: KernelParams | None,
                    dev: DeviceSpec, item: int = 4) -> tuple[float, int]:
     """(share of the cores kept busy, barriers between them) for a ``b`` x (m x n x kk) product.
     Split "batch" (with more than one item) gives each thread whole items, no barrier; split
-    "m" shares each item's row blocks between all threads (and, where they are fewer than the
-    threads, column chunks of each), with a barrier after each NC x KC block of C where B is
-    packed (its panels packed on demand, no barrier before the compute: gemm_sync.lazy_source;
-    one after a column block where all its K slices fit in PACK_ALL_BYTES), none where it is
-    read in place (gemm_driver.item_shared).  A product too small to share runs on one thread
-    (search_spaces.serial)."""
+    "n" deals out chunks of columns (:func:`~search_spaces.kernel.column_chunk`) of each item
+    as threads come free, no barrier; split "m" shares each item's row blocks between all
+    threads (and, where they are fewer than the threads, column chunks of each), with a
+    barrier after each NC x KC block of C where B is packed (its panels packed on demand, no
+    barrier before the compute: gemm_sync.lazy_source; one after a column block where all its
+    K slices fit in PACK_ALL_BYTES), none where it is read in place (gemm_driver.item_shared).
+    A product too small to share runs on one thread (search_spaces.serial)."""
     cores = max(dev.parallel_units, 1)
     if p is None:
         return 1.0, 0
@@ -147,6 +149,9 @@ def kernel_threads(b: int, m: int, n: int, kk: int, p: KernelParams | None,
         return 1.0 / cores, 0
     if p.split == SPLIT_BATCH and b > 1:
         return b / (math.ceil(b / cores) * cores), 0
+    if p.split == SPLIT_N:      # whole chunks' worth of work over the waves they take
+        cw = column_chunk(n, p, cores)
+        return min(1.0, b * n / cw / (math.ceil(b * math.ceil(n / cw) / cores) * cores)), 0
     rows = math.ceil(math.ceil(m / cores) / p.mr) * p.mr
     busy = min(cores, math.ceil(m / rows))
     if busy < cores:
@@ -233,7 +238,7 @@ def unscaled_s(b: int, m: int, n: int, kk: int, p: KernelParams | None, packed_a
     A's packing (where ``packed_a``) and the micro-kernel's calls.  One sum for the plan's
     groups (:func:`kernel_group`) and the calibration's plain kernel
     (:func:`plain_kernel_parts`), so the two cannot drift apart."""
-    nc = p.nc if p is not None else max(n, 1)
+    nc = column_chunk(n, p, dev.parallel_units)
     return packed_a_s(b, m, kk, n, nc, packed_a, dev) \
         + micro_calls_s(b, m, n, kk, p, item, dev, share)
 
@@ -244,8 +249,8 @@ def plain_kernel_parts(b: int, m: int, n: int, kk: int, p: KernelParams, item: i
     no factor of the kernel's parameters scales the rest (:mod:`costmodel.kernel_fit`)."""
     a, bb, c = (float(b * x * y * item) for x, y in ((m, kk), (kk, n), (m, n)))
     live = live_c_bytes(c, b, p.split == SPLIT_BATCH, dev)
-    moved = a * math.ceil(n / p.nc) + bb + c * c_passes(c, kk, p.kc, dev, live) \
-        + packed_b_bytes(b, kk, n, item, p.pack_b)
+    moved = a * math.ceil(n / column_chunk(n, p, dev.parallel_units)) + bb \
+        + c * c_passes(c, kk, p.kc, dev, live) + packed_b_bytes(b, kk, n, item, p.pack_b)
     compute = kernel_compute_s(b, m, n, kk, p, item, c, dev)
     serial = dev.kind == "cpu" and kernel_serial(b, m, n, kk, item)
     traffic = moved / dev.bandwidth * traffic_share(a + bb + c, dev)
@@ -326,7 +331,8 @@ def kernel_group(w, g: Group, fused, k: KernelParams | None, layout_of, dev: Dev
         else:
             m = math.ceil(m / h) * 2 * h
     flops = 2.0 * b_ * m * n * kk
-    nc, kc = (k.nc, k.kc) if k is not None else (max(n, 1), max(kk, 1))
+    # A is read (and packed) once per column block, or per chunk of split "n"
+    nc, kc = column_chunk(n, k, dev.parallel_units), (k.kc if k is not None else max(kk, 1))
     c_bytes = sum(nbytes for _, nbytes, role, *_ in rows if role == "c")
     live = live_c_bytes(c_bytes, b_, k is not None and k.split == SPLIT_BATCH, dev)
     passes = {"a": math.ceil(n / nc), "b": 1, "c": c_passes(c_bytes, kk, kc, dev, live), "e": 1}

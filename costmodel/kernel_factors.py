@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 
-from search_spaces.kernel import OUTER_A, SPLIT_M, KernelParams
+from search_spaces.kernel import (OUTER_A, SPLIT_M, SPLIT_N, KernelParams, batch_split_pays,
+                                  column_chunk)
 
 from .devices import DeviceSpec
 
@@ -24,7 +25,8 @@ def b_block_excess(p: KernelParams, item: int, kk: int, n: int, dev: DeviceSpec)
     0.3-0.56 L2, and 0.90, 0.82, 0.71, 0.56x with 0.75, 0.84, 1.0, 1.5 L2: about -0.75 in the
     log per L2 past one half (bench/results/xeon-l2-spill).  Held at :data:`MAX_EXCESS`: past it
     each sweep streams B from the next level whatever its size."""
-    block = min(kk, p.kc) * math.ceil(min(n, p.nc) / p.nr) * p.nr * item
+    width = column_chunk(n, p, max(dev.parallel_units, 1))
+    block = min(kk, p.kc) * math.ceil(width / p.nr) * p.nr * item
     if dev.tile_cache_bytes <= 0:
         return MAX_EXCESS
     return min(MAX_EXCESS, max(0.0, block / dev.tile_cache_bytes - 0.5))
@@ -43,7 +45,8 @@ def kernel_flags(p: KernelParams | None, item: int, kk: int, n: int, c_bytes: fl
     flags = {"stream_cached": p.stream and kk <= p.kc and c_bytes <= dev.cache_bytes,
              "unpacked_a": not p.pack_a and not short, "unpacked_a_short": not p.pack_a and short,
              "unpacked_b": not p.pack_b, "short_tile": p.mr <= 4,
-             "one_vector": p.nr <= p.lanes(item), "outer_a": outer_a}
+             "one_vector": p.nr <= p.lanes(item), "outer_a": outer_a,
+             "split_n": p.split == SPLIT_N}
     return {**{k: float(v) for k, v in flags.items()},
             "outer_a_spill": b_block_excess(p, item, kk, n, dev) if outer_a else 0.0}
 
@@ -65,6 +68,6 @@ def lockstep_factor(p: KernelParams | None, b: int, dev: DeviceSpec) -> float:
     """The factor on the arithmetic of ``b`` items that split "m" runs in lockstep where split
     "batch" could run them apart (at least as many items as cores); 1.0 otherwise."""
     cores = max(dev.parallel_units, 1)
-    if p is None or dev.kind != "cpu" or p.split != SPLIT_M or b < max(2, cores):
+    if p is None or dev.kind != "cpu" or p.split != SPLIT_M or not batch_split_pays(b, cores):
         return 1.0
     return 1.0 + LOCKSTEP_WAIT

@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass, replace
 
 SPLIT_M = "m"          # threads share one packed B block and split the rows (MC blocks) of C
 SPLIT_BATCH = "batch"  # one batch item per thread, all blocks single-threaded
-SPLITS = (SPLIT_M, SPLIT_BATCH)
+SPLIT_N = "n"          # chunks of C's columns dealt to threads, each with all rows: no sharing
+SPLITS = (SPLIT_M, SPLIT_BATCH, SPLIT_N)
 OUTER_B = "b"          # BLIS's order: a B micro-panel stays in L1 while the A block streams by
 OUTER_A = "a"          # an A micro-panel stays while the B block streams: C written row-panel-wise
 OUTERS = (OUTER_B, OUTER_A)
@@ -154,6 +155,26 @@ def _nc_options(bounds: KernelBounds, nr: int, kc: int, itemsize: int) -> tuple[
     return tuple(sorted({min(top, max(nr, n // nr * nr)) for n in (512, 1024, 2048, 4096, 8192)}))
 
 
+def batch_split_pays(batch: int, cores: int) -> bool:
+    """Whether split "batch" is offered: at least as many items as cores (two at least), so
+    that whole items keep every thread busy."""
+    return batch >= max(2, cores)
+
+
+def column_chunk(n: int, p: KernelParams | None, cores: int) -> int:
+    """The width of the column chunks split "n" deals out (gemm_driver's ``cw``): whole NR-wide
+    panels, at most NC and at most an even share of the ``n`` columns over ``cores`` threads
+    (each chunk packs its own B and all of A again: the fewer the better, as long as every
+    thread gets one).  Other splits: one column block, ``min(n, nc)`` (no parameters: all
+    ``n``)."""
+    if p is None:
+        return max(1, n)
+    if p.split != SPLIT_N:
+        return max(1, min(n, p.nc))
+    panels = -(-n // p.nr)
+    return max(1, min(p.nc, -(-panels // max(1, cores)) * p.nr))
+
+
 @functools.lru_cache(maxsize=256)
 def kernel_options(bounds: KernelBounds, itemsize: int, batch: int) -> KernelOptions:
     """The legal choices for a contraction with ``batch`` independent items.  Block sizes are
@@ -166,7 +187,8 @@ def kernel_options(bounds: KernelBounds, itemsize: int, batch: int) -> KernelOpt
         return gpu_options()
     d = default_params(bounds, itemsize)
     tiles = tuple(t for vb in bounds.vec_bytes[:1] for t in micro_tiles(bounds, vb, itemsize))
-    splits = (SPLIT_M, SPLIT_BATCH) if batch >= max(2, bounds.cores) else (SPLIT_M,)
+    splits = (SPLIT_M, SPLIT_BATCH, SPLIT_N) if batch_split_pays(batch, bounds.cores) \
+        else (SPLIT_M, SPLIT_N)
     return KernelOptions(tiles, _mc_options(bounds, d.mr, d.kc, itemsize),
                          _kc_options(bounds, d.nr, itemsize),
                          _nc_options(bounds, d.nr, d.kc, itemsize), splits, bounds.vec_bytes,

@@ -62,7 +62,8 @@ from .workload import Workload
 #    its members' most accurate precision (search_spaces.precision.stack_precision).
 # 14: plain chains (search_spaces.chain: walks without a softmax; chain:ANCHOR on more workloads).
 # 15: a chain's walk in one block of a power of two at or over its extent (up to 256).
-SPACE_VERSION = "15"
+# 16: the kernel's threads split by columns (kernel:ANCHOR:split "n", search_spaces.kernel).
+SPACE_VERSION = "16"
 UNSPLIT = "none"          # the order:STMT answer that leaves the statement as written
 Choose = Callable[[str, Sequence], object]
 

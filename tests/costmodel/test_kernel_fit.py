@@ -32,7 +32,8 @@ def test_the_flags_of_a_configuration():
     on = kernel_flags(p, 4, 128, 256, 1e6, dev)
     assert on == {"stream_cached": 1.0, "unpacked_a": 1.0, "unpacked_a_short": 0.0,
                   "unpacked_b": 0.0, "short_tile": 1.0, "one_vector": 1.0, "outer_a": 1.0,
-                  "outer_a_spill": 0.0}
+                  "outer_a_spill": 0.0, "split_n": 0.0}
+    assert kernel_flags(params(split="n"), 4, 128, 256, 1e6, dev)["split_n"] == 1.0
     # streaming pays off (no factor) when C outgrows the cache or takes more than one K slice
     assert not kernel_flags(p, 4, 128, 1024, 10 * dev.cache_bytes, dev)["stream_cached"]
     assert not kernel_flags(p, 4, 512, 1024, 1e6, dev)["stream_cached"]
@@ -52,6 +53,10 @@ def test_the_a_panel_outer_order_pays_for_a_b_block_past_half_the_l2():
     assert b_block_excess(params(outer="a", kc=256, nc=1024), 4, 512, 4096, dev) == 0.0
     assert b_block_excess(p, 4, 512, 1000, dev) == b_block_excess(p, 4, 512, 1024, dev)
     assert b_block_excess(p, 8, 512, 2048, dev) == pytest.approx(1.5)
+    # split "n": each thread sweeps its own chunk of columns, an even share at most (two
+    # cores: 1024 of 2048 columns, no excess where the shared block has half an L2)
+    two = replace(dev, parallel_units=2)
+    assert b_block_excess(params(outer="a", kc=256, split="n"), 4, 512, 2048, two) == 0.0
     assert kernel_flags(p, 4, 512, 2048, 1e9, dev)["outer_a_spill"] == pytest.approx(0.5)
     assert kernel_flags(params(kc=256), 4, 512, 2048, 1e9, dev)["outer_a_spill"] == 0.0
     # the factor is raised to that exponent: the same block on a core with half the L2
@@ -110,6 +115,29 @@ def test_threads_split_items_or_rows():
     assert kernel_threads(1, 4, 24, 768, gemv, two)[0] == 0.5    # one micro-panel: not cut
     # one item cannot be split by batch: it falls back to rows
     assert kernel_threads(1, 4096, 64, 32, params(split="batch"), dev)[1] == 1
+
+
+def test_split_n_deals_column_chunks_and_reads_a_once_per_chunk():
+    """Split n: chunks of whole micro-panels, at most NC and an even share of the columns,
+    dealt as threads come free: no barrier, idle cores only in the last wave; A is read (and
+    packed) once per chunk, where split m reads it once per column block."""
+    from search_spaces.kernel import column_chunk
+    from costmodel.kernel_cost import plain_kernel_parts
+    two = replace(CPU_DEFAULT, parallel_units=2)
+    p = params(mr=6, nr=64, nc=512, split="n")
+    assert column_chunk(2048, p, 2) == 512 and column_chunk(256, p, 2) == 128
+    assert column_chunk(100, params(nr=32, split="n"), 2) == 64      # 4 panels, 2 each
+    assert column_chunk(2048, params(nc=512), 2) == 512                # split m: NC
+    assert kernel_threads(1, 512, 2048, 256, p, two) == (1.0, 0)      # 4 chunks, 2 waves
+    assert kernel_threads(1, 512, 1536, 256, p, two) == (0.75, 0)     # 3 chunks, 2 waves
+    assert kernel_threads(1, 512, 100, 256, params(nr=32, split="n"), two)[0] == \
+        pytest.approx(100 / 128)                                      # 2 chunks, 1 narrower
+    # A's traffic: 4 chunks read it 4 times, split m's one column block of 2048 once
+    wide_m, wide_n = params(nc=2048), params(nc=512, split="n")
+    bare = replace(two, kernel=KernelCosts(), f32_flops=0.0)
+    rest_m = plain_kernel_parts(1, 4096, 2048, 256, wide_m, 4, bare)[1]
+    rest_n = plain_kernel_parts(1, 4096, 2048, 256, wide_n, 4, bare)[1]
+    assert rest_n > rest_m
 
 
 def test_factors_and_barriers_move_the_time():

@@ -36,7 +36,7 @@ def test_kernel_questions_of_a_gemm_and_their_options():
     assert cand.schedule("r").impl == IMPL_KERNEL
     kq = {n.split(":")[2]: o for n, o in asked.items() if n.startswith("kernel:r:")}
     assert kq == kernel_question_options(BOUNDS.kernel, w, "r")
-    assert kq["split"] == ["m"]                  # one batch item: no batch split offered
+    assert kq["split"] == ["m", "n"]             # one batch item: no batch split offered
     assert space.meaning("kernel:r:mc") == kq["mc"]
     assert SearchSpace(w).meaning("kernel:r:mc") is None     # a backend without the kernel
     params = params_of(space, cand)

@@ -266,11 +266,11 @@ def test_builtins_have_no_orders_and_unchanged_candidates(name):
         cand = named_plan(space, plan)
         assert cand.orders == () and "orders" not in cand.to_dict()
         assert rewritten(w, cand) is w
-    assert SPACE_VERSION == "15"    # 2: orders; 3: kernel impl; 4: chains; 5, 6: stacks; 7: pairs;
+    assert SPACE_VERSION == "16"    # 2: orders; 3: kernel impl; 4: chains; 5, 6: stacks; 7: pairs;
     #                                  8: kc choices; 9: GEMM precisions; 10: two-factor orders;
     #                                  11: inlining; 12: the GPU's tensor-core kernel;
     #                                  13: stacks on the GPU; 14: plain chains; 15: a chain's
-    #                                  walk in one block
+    #                                  walk in one block; 16: split by columns
 
 
 def test_random_candidates_round_trip_and_rebuild_from_their_params():

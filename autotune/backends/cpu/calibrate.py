@@ -44,7 +44,8 @@ from autotune.cache_dirs import kernels_dir
 # 13: + the core's L2 (tile_cache_bytes, from Linux) and the A-panel-outer order's price once
 #     its B block outgrows half of it (kernel.outer_a_spill), a wide shape among the kernel's
 #     probes (kernel_probe.KERNEL_SHAPES) to fit it
-CALIBRATION_VERSION = 13
+# 14: + split "n" among the kernel's configurations and its factor (kernel.split_n)
+CALIBRATION_VERSION = 14
 CALIBRATION_FILE = "calibration-cpu.json"
 DEFAULT_GEMM_N = 2048
 DEFAULT_COPY_MB = 256

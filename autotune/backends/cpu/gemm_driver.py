@@ -4,7 +4,7 @@ threads and their packing buffers, the entry point :data:`ENTRY`, and the assemb
 """
 from __future__ import annotations
 
-from search_spaces.kernel import PACK_ALL_BYTES, SPLIT_BATCH
+from search_spaces.kernel import PACK_ALL_BYTES, SPLIT_BATCH, SPLIT_N
 from search_spaces.serial import c_condition
 
 from autotune.backends.cpu.prelude import PRELUDE
@@ -93,10 +93,10 @@ static void {name}(const T *RA, long ra_r, long ra_k, const T *RB, long rb_k, lo
                    long rc_r, long rc_c, long M, long N, long K, long span, long qs,
                    long mcx, int pa, int pb,
                    int wr, T alpha, T *ab, T *bb0, T *ea, T *eb, const X *x, long nq,
-                   const T *R2, long q_a, long q_k, int all, long ncx, long ep) {{
+                   const T *R2, long q_a, long q_k, int all, long ncx, long ep, long n0) {{
   (void)R2; (void)q_a; (void)q_k; (void)all; (void)ep;
   long nk = K > 0 ? (K + KC - 1) / KC : 1, nsp = (M + span - 1) / span, nbk = nsp * qs;
-  for (long jc = 0; jc < N; jc += NC) {{
+  for (long jc = n0; jc < N; jc += NC) {{
     long nc = N - jc < NC ? N - jc : NC;
     long cw = nq > 1 ? ((nc + nq - 1) / nq + NR - 1) / NR * NR : nc;
     for (long kb = 0; kb < nk; kb++) {{
@@ -139,6 +139,7 @@ def _entry(s: KernelSpec) -> str:
     moves = " ".join(f"y.{a} += (b / x->{a}_nbi) * x->{a}_bo + (b % x->{a}_nbi) * x->{a}_bi;"
                      for a in s.args)
     batch = "1" if s.params.split == SPLIT_BATCH else "0"
+    split_n = "1" if s.params.split == SPLIT_N else "0"
     at = 13 + 5 * len(s.args)
     # a pair: C's extent along the paired axis, then the second source's strides (batch and
     # its two axes in the contraction operand's order) and pointer (after the extra arrays)
@@ -204,9 +205,34 @@ void {ENTRY}(const T *A, const T *B, T *C, const long *d, double alpha_,
       X xb = at_batch(x, b);
       item_serial(RA + b * ra_b, ra_r, ra_k, RB + b * rb_b, rb_k, rb_c, C + b * rc_b, rc_r, rc_c,
                   M, N, K, M, (M + MC - 1) / MC, MC, pa, pb, wr, alpha, ab, bb, ea, eb, &xb, 1,
-                  R2 ? R2 + b * r2_b : R2, q_a, q_k, 0, ncx, 0);
+                  R2 ? R2 + b * r2_b : R2, q_a, q_k, 0, ncx, 0, 0);
     }}
     SFENCE();
+    return;
+  }}
+  /* split "n": the columns of C in chunks of whole NR-wide panels, at most NC wide and at most
+     an even share (search_spaces.kernel.column_chunk), dealt out as threads come free; a
+     chunk's thread computes all its rows with its own buffers (its own B, all of A packed
+     again), waiting for no other */
+  if ({split_n} && par && nt > 1) {{
+    long per = ((N + NR - 1) / NR + nt - 1) / nt * NR, cw = NC < per ? NC : per;
+    long nch = (N + cw - 1) / cw;
+    #pragma omp parallel
+    {{
+      T *ab = pa ? grow(&t_a, &t_acap, (MC + MR - 1) / MR * MR * kcx) : 0;
+      T *bb = pb ? grow(&t_b, &t_bcap, kcx * ncx) : 0;
+      T *ea = grow(&t_ea, &t_eacap, MR * kcx), *eb = grow(&t_eb, &t_ebcap, NR * kcx);
+      #pragma omp for schedule(dynamic, 1) collapse(2)
+      for (long b = 0; b < nb; b++)
+        for (long q = 0; q < nch; q++) {{
+          X xb = at_batch(x, b);
+          long c0 = q * cw, c1 = c0 + cw < N ? c0 + cw : N;
+          item_serial(RA + b * ra_b, ra_r, ra_k, RB + b * rb_b, rb_k, rb_c, C + b * rc_b, rc_r,
+                      rc_c, M, c1, K, M, (M + MC - 1) / MC, MC, pa, pb, wr, alpha, ab, bb, ea,
+                      eb, &xb, 1, R2 ? R2 + b * r2_b : R2, q_a, q_k, 0, ncx, 0, c0);
+        }}
+      SFENCE();
+    }}
     return;
   }}
   /* each thread one span of whole MR-tall panels (the last span shorter), cut into blocks of
@@ -244,7 +270,7 @@ void {ENTRY}(const T *A, const T *B, T *C, const long *d, double alpha_,
       X xb = at_batch(x, b);
       item_shared(RA + b * ra_b, ra_r, ra_k, RB + b * rb_b, rb_k, rb_c, C + b * rc_b, rc_r, rc_c,
                   M, N, K, span, qs, mcx, pa, pb, wr, alpha, ab, bb, ea, eb, &xb, nq,
-                  R2 ? R2 + b * r2_b : R2, q_a, q_k, all, ncx, ep + b * nsl);
+                  R2 ? R2 + b * r2_b : R2, q_a, q_k, all, ncx, ep + b * nsl, 0);
     }}
     SFENCE();
   }}

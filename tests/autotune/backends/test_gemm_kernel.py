@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from search_spaces.kernel import (OUTER_A, PACK_ALL_BYTES, SPLIT_BATCH, KernelBounds,
+from search_spaces.kernel import (OUTER_A, PACK_ALL_BYTES, SPLIT_BATCH, SPLIT_N, KernelBounds,
                                   KernelParams, default_params, kernel_options, legalize,
                                   micro_tiles)
 from autotune.backends.cpu.executor import load_gemm_kernel
@@ -73,6 +73,8 @@ def test_kernel_matches_float64_matmul(kdir, dtype, layout):
 
 @pytest.mark.parametrize("change", [dict(pack_a=False), dict(pack_b=False),
                                     dict(pack_a=False, pack_b=False), dict(split=SPLIT_BATCH),
+                                    dict(split=SPLIT_N), dict(split=SPLIT_N, pack_a=False),
+                                    dict(split=SPLIT_N, nc=None, outer=OUTER_A),
                                     dict(outer=OUTER_A, pack_a=False, pack_b=False),
                                     dict(mr=4, nr=None, kc=7, mc=9, nc=None)])
 def test_every_packing_and_split_is_correct(kdir, change):
@@ -380,6 +382,7 @@ def test_kernel_spec_legalizes_a_candidates_blocks(small):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("change", [{}, {"outer": OUTER_A}, {"split": SPLIT_BATCH},
+                                    {"split": SPLIT_N},
                                     {"pack_b": False}, {"kc": 64}])
 @pytest.mark.parametrize("shape", [(1, 37, 29), (3, 25, 70), (1, 130, 200), (2, 7, 33)])
 @pytest.mark.parametrize("store", [STORE_ROWS, STORE_COLS])

@@ -14,7 +14,7 @@ from autotune.backends.cpu.gemm_call import kernel_spec, pair_axis
 from autotune.backends.factory import backend_kind
 from search_spaces import load_workload
 from search_spaces.answers import params_of
-from search_spaces.candidate import IMPL_KERNEL
+from search_spaces.candidate import IMPL_KERNEL, Candidate
 from search_spaces.kernel_fusion import kernel_parts, pair_of
 from tests.autotune.backends.test_kernel_epilogue import (epilogues, kernel_plan, run_checked,
                                                           space_of)
@@ -102,6 +102,33 @@ def test_pairs_run_verified(small, name, kdir):
     # both kernel axes (the store orientation decides which one the pair halves)
     assert {p for p, _ in seen} == {"rows", "cols"}, seen
     assert {a for _, a in seen} == {"m" if name == "shared_b" else "n"}
+
+
+def test_pairs_split_by_columns_run_verified(kdir):
+    """Split n deals chunks of the kernel's columns to the threads, each packing its own B
+    panels (a pair along n: both halves, from both operands) and all of A (a pair along m:
+    its interleaved panels) again: verified in both orientations and along both axes, at
+    extents past what runs on one thread (search_spaces.serial)."""
+    along_n = two("p2[t,c] += x[t,k] * w2[k,c]", {"T": 70, "C": 45, "K": 33})
+    along_m = workload("p1[c,t] += w1[c,k] * x[t,k]\np2[c,t] += w2[c,k] * x[t,k]\n"
+                       "g[c,t] = sigmoid(p2[c,t]) * p1[c,t]\nr[c,t] = g[c,t] * g[c,t]",
+                       {"C": 37, "T": 90, "K": 29},
+                       {"x": ["T", "K"], "w1": ["C", "K"], "w2": ["C", "K"]})
+    seen = set()
+    for w in (along_n, along_m):
+        for seed in range(2):
+            d = kernel_plan(space_of(w), seed, pair=lambda e: 1).to_dict()
+            for s in d["schedules"]:
+                if s.get("kernel"):
+                    s["kernel"].update(split="n", nc=64)
+            cand = Candidate.from_dict(d)
+            assert pairs_of(w, cand)
+            run_checked(w, cand, kdir, seed)
+            for anchor in pairs_of(w, cand):
+                spec = kernel_spec(w, cand, anchor)
+                assert spec.params.split == "n"
+                seen.add((spec.pair, pair_axis(spec)))
+    assert {p for p, _ in seen} == {"rows", "cols"} and {a for _, a in seen} == {"m", "n"}
 
 
 def test_a_pair_is_priced_as_one_pass(small):
