@@ -43,8 +43,7 @@ from .workload import Workload
 # 3: the ``kernel`` contraction impl (GroupSchedule.kernel), its kernel:<contraction>:* parameters
 #    and its fusions (fuse:p->c into a kernel contraction's group, search_spaces.kernel_fusion).
 # 4: online-softmax chains (chain:ANCHOR, chain_block:ANCHOR, GroupSchedule.chain_block).
-# 5: sibling contractions stacked into one library GEMM (the stack:ANCHOR parameters,
-#    Candidate.stacks, search_spaces.siblings).
+# 5: siblings stacked into one library GEMM (stack:ANCHOR, Candidate.stacks, siblings).
 # 6: a stack of some of the stackable siblings (the stack:ANCHOR:MEMBER parameters).
 # 7: pairs in the kernel (pair:p2->c, a second contraction into a kernel epilogue,
 #    kernel_fusion.pair_of).
@@ -62,7 +61,7 @@ from .workload import Workload
 #    its members' most accurate precision (search_spaces.precision.stack_precision).
 # 14: plain chains (search_spaces.chain: walks without a softmax; chain:ANCHOR on more workloads).
 # 15: a chain's walk in one block of a power of two at or over its extent (up to 256).
-# 16: the kernel's threads split by columns (kernel:ANCHOR:split "n", search_spaces.kernel).
+# 16: kernel:ANCHOR:split "n" (the kernel's threads on chunks of columns).
 SPACE_VERSION = "16"
 UNSPLIT = "none"          # the order:STMT answer that leaves the statement as written
 Choose = Callable[[str, Sequence], object]

@@ -96,9 +96,11 @@ def _einsum_operands(rng, perm_a, perm_b, sizes):
                                    ((1, 3, 0, 2), (3, 1, 2, 0)),     # runs along rows and K
                                    ((2, 0, 3, 1), (1, 0, 3, 2))])
 @pytest.mark.parametrize("sizes", [(5, 3), (13, 6)])
-def test_the_gathered_kernel_matches_float64(kdir, store, perms, sizes):
+@pytest.mark.parametrize("split", ["m", "n"])
+def test_the_gathered_kernel_matches_float64(kdir, store, perms, sizes, split):
     """s[a,b,i,j] = sum_{c,k} t[a,c,i,k] v[c,b,k,j]: rows (a,i), K (c,k), columns (b,j); at
-    13 x 6 the product (78 x 78 x 78) runs several row, column and K blocks on every thread."""
+    13 x 6 the product (78 x 78 x 78) runs several row, column and K blocks on every thread
+    (split "n": several chunks of columns, each packing its own B and all of A)."""
     rng = np.random.default_rng(sum(sizes))
     t, v = _einsum_operands(rng, *perms, sizes)
     A, O = sizes
@@ -108,7 +110,7 @@ def test_the_gathered_kernel_matches_float64(kdir, store, perms, sizes):
     tb, (kb, cb) = gathered_operand(v, ("c", "b", "k", "j"), ((),) + gb)
     # a prologue on A (x 2 + its K index), to check the indices the gathered packer hands it
     pro = Transform("({x} * 2 + (T){k})")
-    kern = load_gemm_kernel(KernelSpec(_params(), "float32", store, prologue_a=pro,
+    kern = load_gemm_kernel(KernelSpec(_params(split=split), "float32", store, prologue_a=pro,
                                        gather="ab"), kdir)
     c = np.full((1, A * O, A * O), np.nan, dtype=np.float32)
     if store == STORE_COLS:         # C^T = B^T A^T: m unit-stride
@@ -119,7 +121,8 @@ def test_the_gathered_kernel_matches_float64(kdir, store, perms, sizes):
     want = np.einsum("acik,cbkj->aibj", tk, v.astype(np.float64)).reshape(A * O, A * O)
     np.testing.assert_allclose(c[0], want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
     # one operand gathered, the other a plain matrix
-    kern1 = load_gemm_kernel(KernelSpec(_params(), "float32", STORE_ROWS, gather="a"), kdir)
+    kern1 = load_gemm_kernel(KernelSpec(_params(split=split), "float32", STORE_ROWS, gather="a"),
+                             kdir)
     vm = np.ascontiguousarray(v.transpose(0, 2, 1, 3)).reshape(1, A * O, A * O)
     c1 = np.full((1, A * O, A * O), np.nan, dtype=np.float32)
     kern1(ta, vm, c1, 1.0, gather=(ra, ka))
