@@ -217,7 +217,7 @@ void {ENTRY}(const T *A, const T *B, T *C, const long *d, double alpha_,
   if ({split_n} && par && nt > 1) {{
     long per = ((N + NR - 1) / NR + nt - 1) / nt * NR, cw = NC < per ? NC : per;
     long nch = (N + cw - 1) / cw;
-    #pragma omp parallel
+    #pragma omp parallel if(par)
     {{
       T *ab = pa ? grow(&t_a, &t_acap, (MC + MR - 1) / MR * MR * kcx) : 0;
       T *bb = pb ? grow(&t_b, &t_bcap, kcx * ncx) : 0;
