@@ -25,7 +25,7 @@ def b_block_excess(p: KernelParams, item: int, kk: int, n: int, dev: DeviceSpec)
     0.3-0.56 L2, and 0.90, 0.82, 0.71, 0.56x with 0.75, 0.84, 1.0, 1.5 L2: about -0.75 in the
     log per L2 past one half (bench/results/xeon-l2-spill).  Held at :data:`MAX_EXCESS`: past it
     each sweep streams B from the next level whatever its size."""
-    width = column_chunk(n, p, max(dev.parallel_units, 1))
+    width = column_chunk(n, p, dev.parallel_units)
     block = min(kk, p.kc) * math.ceil(width / p.nr) * p.nr * item
     if dev.tile_cache_bytes <= 0:
         return MAX_EXCESS

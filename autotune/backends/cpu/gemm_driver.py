@@ -195,30 +195,17 @@ void {ENTRY}(const T *A, const T *B, T *C, const long *d, double alpha_,
   int nt = omp_get_max_threads();
   /* a C written in one K slice is streamed past the caches (no read for ownership) */
   int wr = {int(s.params.stream)} && (K <= KC) ? 2 : 1;
-  /* (a block of MC rows packs whole MR-tall panels: MC rounded up to MR rows of buffer, for
-     parameters that leave MC no multiple of MR; writing past it corrupted the heap) */
-  if ({batch} && nb > 1) {{
-    #pragma omp parallel for schedule(dynamic, 1) if(par)
-    for (long b = 0; b < nb; b++) {{
-      T *ab = pa ? grow(&t_a, &t_acap, (MC + MR - 1) / MR * MR * kcx) : 0, *bb = pb ? grow(&t_b, &t_bcap, kcx * ncx) : 0;
-      T *ea = grow(&t_ea, &t_eacap, MR * kcx), *eb = grow(&t_eb, &t_ebcap, NR * kcx);
-      X xb = at_batch(x, b);
-      item_serial(RA + b * ra_b, ra_r, ra_k, RB + b * rb_b, rb_k, rb_c, C + b * rc_b, rc_r, rc_c,
-                  M, N, K, M, (M + MC - 1) / MC, MC, pa, pb, wr, alpha, ab, bb, ea, eb, &xb, 1,
-                  R2 ? R2 + b * r2_b : R2, q_a, q_k, 0, ncx, 0, 0);
-    }}
-    SFENCE();
-    return;
-  }}
-  /* split "n": the columns of C in chunks of whole NR-wide panels, at most NC wide and at most
-     an even share (search_spaces.kernel.column_chunk), dealt out as threads come free; a
-     chunk's thread computes all its rows with its own buffers (its own B, all of A packed
-     again), waiting for no other */
-  if ({split_n} && par && nt > 1) {{
-    long per = ((N + NR - 1) / NR + nt - 1) / nt * NR, cw = NC < per ? NC : per;
-    long nch = (N + cw - 1) / cw;
+  /* Threads that share nothing: split "batch" deals out whole items (one chunk an item),
+     split "n" chunks of C's columns of every item, whole NR-wide panels, at most NC wide and
+     at most an even share (search_spaces.kernel.column_chunk).  A chunk's thread computes all
+     its rows with its own buffers (its own B, all of A packed again), waiting for no other. */
+  if (({batch} && nb > 1) || ({split_n} && par && nt > 1)) {{
+    long per = ((N + NR - 1) / NR + nt - 1) / nt * NR;
+    long cw = !{split_n} ? N : NC < per ? NC : per, nch = (N + cw - 1) / cw;
     #pragma omp parallel if(par)
     {{
+      /* (a block of MC rows packs whole MR-tall panels: MC rounded up to MR rows of buffer,
+         for parameters that leave MC no multiple of MR; writing past it corrupted the heap) */
       T *ab = pa ? grow(&t_a, &t_acap, (MC + MR - 1) / MR * MR * kcx) : 0;
       T *bb = pb ? grow(&t_b, &t_bcap, kcx * ncx) : 0;
       T *ea = grow(&t_ea, &t_eacap, MR * kcx), *eb = grow(&t_eb, &t_ebcap, NR * kcx);
