@@ -207,12 +207,13 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
     rows = math.prod(e for c, e in ext.items() if c.startswith("r"))
     blocks = math.ceil(chain.extent / block)
     acc = chain_buffer_elems(chain, block, anchor, tiles) - block * (len(chain.scores) + 2)
-    # blocks a where() mask covers are skipped (search_spaces.chain_mask): the walk's work
-    # shrinks by their share, the rest (epilogue, writes) does not
+    # blocks a where() mask covers are skipped and their covered ends trimmed
+    # (search_spaces.chain_mask): the walk's work shrinks by the points' share, its rescales by
+    # the blocks', the rest (epilogue, writes) does not
     vec, step = _vector_members(w, chain, block, box, ext, acc, layout_of, dev)
     rdim = row_step(w, chain, box, acc)[0] if dev.kind == "cpu" else ""
     masked = masked_chain_work(w, chain, tuple(eff), block, rdim, step)
-    kept = masked[1] if masked else 1.0
+    kept, kept_blocks = masked[1:] if masked else (1.0, 1.0)
     flops = recomputed = trans = compute_s = strided = 0.0
     moved = unique = 0.0
     seen: set[str] = set()
@@ -270,7 +271,7 @@ def chain_group(w, chain: Chain, block: int, tiles, layout_of, mats, dev: Device
             moved += op.out_size * item
             unique += op.out_size * item
     # the rescale: per row, block and free tile one exponential, the max and the multiplies
-    rescale = rows * blocks * free_tiles * kept
+    rescale = rows * blocks * free_tiles * kept_blocks
     if chain.softmax:
         flops += rescale * (3 + acc)
         trans += rescale

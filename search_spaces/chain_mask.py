@@ -21,6 +21,10 @@ from .workload import Workload
 
 SKIP_MARGIN = 800.0     # exp(-x) == 0.0 exactly in float64 (and float32) beyond about 745
 MASK_BELOW = -1.0e4     # a branch constant this low is a mask, not a value
+# the chunk of a block that a walk trims off its ends where a mask covers it: the CPU scores'
+# chunk of the walk (two vectors of 16 floats, autotune.backends.chain_vectors), so that a
+# trimmed block's chunks stay whole
+TRIM_CHUNK = 32
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,12 @@ def mask_value(masks: tuple[Mask, ...]) -> float:
     masks' constants only (an inner mask's block may hold an outer one's), so the walk may
     skip it once its running max is SKIP_MARGIN above this."""
     return max(m.value for m in masks)
+
+
+def trim_quantum(block: int) -> int:
+    """The chunk a walk in blocks of ``block`` trims covered ends by: TRIM_CHUNK where it
+    divides the block into two or more, else the whole block (no trim)."""
+    return TRIM_CHUNK if block > TRIM_CHUNK and block % TRIM_CHUNK == 0 else block
 
 
 def c_never(mask: Mask, var, lo: str, hi: str, n, rows: dict | None = None) -> str:

@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from .chain import WALKED, Chain
-from .chain_mask import Mask, masks_of
+from .chain_mask import Mask, masks_of, trim_quantum
 from .workload import Workload
 
 STEP_SAMPLES = 64        # steps of a tile looked at along one dim (evenly spaced beyond)
@@ -136,18 +136,22 @@ def _work(masks: tuple[Mask, ...], dims: tuple[tuple[str, int, int, int], ...], 
 
 
 def masked_chain_work(w: Workload, chain: Chain, eff: tuple[int, ...], block: int,
-                      step_dim: str = "", step: int = 1) -> tuple[np.ndarray, float] | None:
-    """(work per tile over the chain anchor's tile grid, the share of the walk kept), for a
-    chain whose where() masks let it skip blocks (None for one without): tiles ``eff`` along
-    the anchor's dims, ``step`` rows at a time along ``step_dim``
-    (search_spaces.chain_walk.row_step)."""
+                      step_dim: str = "", step: int = 1) -> tuple[np.ndarray, float, float] | None:
+    """(work per tile over the chain anchor's tile grid, the share of the walk's points kept,
+    the share of its blocks kept), for a chain whose where() masks let it skip blocks and trim
+    their covered ends in chunks (search_spaces.chain_mask.trim_quantum; None for one without):
+    tiles ``eff`` along the anchor's dims, ``step`` rows at a time along ``step_dim``
+    (search_spaces.chain_walk.row_step).  The points count whole chunks (a chunk covered in
+    the middle of a block, between two masks, is counted as trimmed though the walk keeps
+    it); the blocks price what a block costs whatever its length (the rescale)."""
     masks = masks_of(w, chain)
     if not masks:
         return None
     anchor, common = w.op(chain.anchor), chain.common(chain.anchor)
     dims = tuple((common[i], e, t, step if common[i] == step_dim else 1)
                  for i, e, t in zip(anchor.parallel, anchor.out_shape, eff))
-    return _work(masks, dims, chain.extent, block)
+    work, kept = _work(masks, dims, chain.extent, trim_quantum(block))
+    return work, kept, _work(masks, dims, chain.extent, block)[1]
 
 
 def dealing_order(work: np.ndarray, loop_order: list[int]) -> np.ndarray | None:

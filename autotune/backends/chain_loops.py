@@ -174,9 +174,15 @@ class ChainLoops(ChainVectors, ChainMasks):
             return f"const {I} je = jb + {B};"
         return f"const {I} je = jb + {B} < {J} ? jb + {B} : {J};"
 
+    def jrange(self) -> tuple[str, str]:
+        """The block's range its loops run: all of it, or (masked) what the skip check left
+        after trimming the covered chunks off its ends (ChainMasks.skip_check)."""
+        return ("ja", "jz") if self.masks else ("jb", "je")
+
     def jloop(self, ind: str, body: str, pragma: str = "") -> list[str]:
         head = [f"{ind}{pragma}"] if pragma else []
-        return head + [f"{ind}for ({self.itype} c_{WALKED} = jb; c_{WALKED} < je; "
+        lo, hi = self.jrange()
+        return head + [f"{ind}for ({self.itype} c_{WALKED} = {lo}; c_{WALKED} < {hi}; "
                        f"{self.step('c_' + WALKED)}) {{ {body} }}"]
 
     def walk_innermost(self, name: str, common: str) -> bool:

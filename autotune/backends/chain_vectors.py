@@ -58,8 +58,10 @@ class ChainVectors:
         not every product: GCC multiplied each row's broadcast operand (a scalar multiply and
         a register broadcast per row and step of the reduction, where a broadcast load does),
         attention's chain 0.52 -> 0.46 ms."""
-        I, V, B, L = self.itype, f"AT_VEC{self.suf}", self.n(self.block), f"AT_VL{self.suf}"
+        I, V, L = self.itype, f"AT_VEC{self.suf}", f"AT_VL{self.suf}"
         ix = "rr" if self.R > 1 else "0"
+        # the block's range, from its start (a masked block's trimmed ends are whole chunks)
+        lo, hi = ("0", self.n(self.block)) if not self.masks else ("ja - jb", "jz - jb")
         inner, scale = sum_parts(self.w.op(t), red)
         vbody = self.vector_expr(inner, var, WALKED)
         jj = f"const {I} c_{WALKED} = jb + c_jv + _v * {L};"
@@ -67,7 +69,7 @@ class ChainVectors:
         update = [f"{deep}for (int _v = 0; _v < _nv; _v++) {{ {jj}"] + self.per_row(
             deep + "  ", lambda i: [f"{i}_s[{ix}][_v] += {vbody};"]) + [f"{deep}}}"]
         out = [f"{ind}{{ enum {{ _nv = {self.block} >= 2 * {L} ? 2 : 1 }};",
-               f"{ind}for ({I} c_jv = 0; c_jv < {B}; c_jv += _nv * {L}) {{",
+               f"{ind}for ({I} c_jv = {lo}; c_jv < {hi}; c_jv += _nv * {L}) {{",
                f"{ind}  {V} _s[{self.R}][_nv];",
                f"{ind}  for (int _r = 0; _r < {self.R}; _r++) for (int _v = 0; _v < _nv; _v++) "
                f"_s[_r][_v] = ({V}){{0}};"]
