@@ -39,7 +39,7 @@ from search_spaces.symmetry import computed_share, symmetric_kernel
 
 from .devices import DeviceSpec
 from .estimate import FusedProducer, GroupCost
-from .kernel_factors import kernel_flags, lockstep_factor
+from .kernel_factors import in_place_split_n_factor, kernel_flags, lockstep_factor
 from .kernel_traffic import (c_passes, live_c_bytes, packed_b_bytes, traffic_floor_s,
                              traffic_share)
 from .rates import GEMM_FLOOR, SMALL_GEMM, copy_waste, kernel_launch_s, transcendental_weight
@@ -180,7 +180,8 @@ def kernel_compute_s(b: int, m: int, n: int, kk: int, p: KernelParams | None, it
     occ, barriers = kernel_threads(b, m, n, kk, p, dev, item)
     eff = tile_use(m, mr) * tile_use(n, nr) * min(1.0, kk / SMALL_GEMM) ** 0.5 * occ
     factor = math.prod(getattr(dev.kernel, name) ** on for name, on in kernel_flags(
-        p, item, kk, n, c_bytes, dev).items() if on) * lockstep_factor(p, b, dev)
+        p, item, kk, n, c_bytes, dev).items() if on) * lockstep_factor(p, b, dev) \
+        * in_place_split_n_factor(p, dev)
     rate = dev.kernel_flops or dev.gemm_flops
     # no configuration outruns the FMA peak on the lanes and cores it keeps busy (a factor
     # under 1, outer=a's, would price one above it)

@@ -71,3 +71,24 @@ def lockstep_factor(p: KernelParams | None, b: int, dev: DeviceSpec) -> float:
     if p is None or dev.kind != "cpu" or p.split != SPLIT_M or not batch_split_pays(b, cores):
         return 1.0
     return 1.0 + LOCKSTEP_WAIT
+
+
+# Split "n" gives each thread a chunk of C's columns and all of A's rows: a packed A is copied
+# whole by every thread (for a chunk of a few register tiles, each copied element repays few
+# multiply-adds), and A read in place pays no more than packed (the rows' lines are shared
+# by the threads in the last-level cache).  Measured (2-core Xeon, one process, 9 interleaved
+# rounds, outer a, kc 256): in place against packed 0.83x and 0.79x at 2048 x 256 x 256 (14 x 32
+# and 6 x 64 tiles: attention's projections) and 0.85x and 0.88x at 512 x 256 x 1024
+# (bench/results/xeon-split-n-in-place), where the fitted factors (kernel.unpacked_a 1.13, A's
+# packing at PACK_A_S) priced in place 1.01x; split "m" in place 1.06x, priced 1.07x.  The
+# calibration's random configurations did not tell it apart (a free factor fitted 0.99 on 125
+# of them), so it is this constant: the low end of the correction those four pairs ask for.
+IN_PLACE_SPLIT_N = 0.85
+
+
+def in_place_split_n_factor(p: KernelParams | None, dev: DeviceSpec) -> float:
+    """The factor on the arithmetic of a CPU kernel that splits "n" with A read in place
+    (:data:`IN_PLACE_SPLIT_N`); 1.0 otherwise."""
+    if p is None or dev.kind != "cpu" or p.split != SPLIT_N or p.pack_a:
+        return 1.0
+    return IN_PLACE_SPLIT_N
