@@ -14,7 +14,9 @@ prune --dry-run``, and still teach the correction through its features).
 
 The sources: every Python file of ``autotune/backends`` (code generation, compilation,
 execution on every device) and of ``search_spaces`` (the rewrites and loop orders the
-generators follow), by path relative to the package root and by content.
+generators follow), and ``autotune/threads.py`` (how long the two thread pools spin between
+groups: it moved whole plans' times up to 1.9x), by path relative to the package root and by
+content.
 """
 from __future__ import annotations
 
@@ -24,16 +26,17 @@ import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = ("autotune/backends", "search_spaces")
+SOURCES = ("autotune/backends", "search_spaces", "autotune/threads.py")
 LIBRARY = "codegen"          # its name among Environment.libraries
 
 
 def digest(root: Path, sources: tuple[str, ...] = SOURCES) -> str:
     """sha256 (16 hex digits) over the relative path and bytes of every ``*.py`` under
-    ``root``'s ``sources``, in sorted order."""
+    ``root``'s ``sources`` (folders, or single files), in sorted order."""
     h = hashlib.sha256()
     for src in sources:
-        for path in sorted((root / src).rglob("*.py")):
+        top = root / src
+        for path in [top] if top.is_file() else sorted(top.rglob("*.py")):
             h.update(path.relative_to(root).as_posix().encode("utf-8") + b"\0")
             h.update(path.read_bytes() + b"\0")
     return h.hexdigest()[:16]

@@ -11,7 +11,7 @@ from autotune.environment import detect_cpu
 
 def _tree(tmp_path):
     for rel in ("autotune/backends/cpu/codegen.py", "autotune/backends/loops.py",
-                "search_spaces/footprint.py", "autotune/search/loop.py"):
+                "search_spaces/footprint.py", "autotune/search/loop.py", "autotune/threads.py"):
         p = tmp_path / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(f"# {rel}\n")
@@ -33,10 +33,14 @@ def test_the_digest_follows_the_generators_sources_and_nothing_else(tmp_path):
     assert digest(root) not in (base, changed)          # a path is part of it too
     shutil.copy(root / "search_spaces/orders.py", root / "search_spaces/new.py")
     assert len({base, changed, digest(root)}) == 3
+    # the thread pools' settings, a single file among the sources
+    before = digest(root)
+    (root / "autotune/threads.py").write_text("GOMP_SPINCOUNT = 1\n")
+    assert digest(root) != before
 
 
 def test_this_processes_code_is_in_the_environment():
-    assert all((ROOT / s).is_dir() for s in SOURCES)
+    assert all((ROOT / s).exists() for s in SOURCES)
     assert code_version() == digest(ROOT)
     assert dict(detect_cpu().libraries)[LIBRARY] == code_version()
 
