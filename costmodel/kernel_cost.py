@@ -16,8 +16,8 @@ routine interleaves them into its micro-panels) and stores only the epilogue's r
 packed B costs one more pass over it (:func:`packed_b_bytes`), a packed A its packing time
 (:func:`packed_a_s`); no configuration runs under the time of moving its operands once
 (:func:`~costmodel.kernel_traffic.traffic_floor_s`).  A symmetric product computes the tiles
-on and above its diagonal and stores their mirror images (search_spaces.symmetry).  docs/costmodel.md gives
-the reasons.
+on and above its diagonal and stores their mirror images (search_spaces.symmetry).
+docs/costmodel.md gives the reasons.
 """
 from __future__ import annotations
 
