@@ -22,8 +22,7 @@ class ChainMasks:
         skips a block only where every row of it may."""
         ch, I, R = self.chain, self.itype, self.R
         B = self.n(self.block)
-        never = " || ".join(c_never(m, lambda c: f"c_{c}", "jb", "(je - 1)", self.n)
-                            for m in self.masks)
+        never = self.covered("jb", "(je - 1)")
         nb = self.n(-(-ch.extent // self.block))
         span = f"const {I} jb = b0 * {B}; {self.block_end()}"
         out = [f"{ind}{I} b0 = 0;"]
@@ -54,19 +53,15 @@ class ChainMasks:
         past = f"{self.run('m_run')} - {value} > (({T}){SKIP_MARGIN!r})"
         q = trim_quantum(self.block)
         if self.R == 1:
-            box = lambda lo, hi: " || ".join(c_never(m, lambda c: f"c_{c}", lo, hi, self.n)
-                                             for m in self.masks)
-            out = [f"{ind}{I} ja = jb, jz = je;",
-                   f"{ind}if ({past}) {{", f"{ind}  if ({box('jb', '(je - 1)')}) continue;"]
-            return out + self._trim(ind + "  ", box, q) + [f"{ind}}}"]
+            out = [f"{ind}{I} ja = jb, jz = je;", f"{ind}if ({past}) {{",
+                   f"{ind}  if ({self.covered('jb', '(je - 1)')}) continue;"]
+            return out + self._trim(ind + "  ", self.covered, q) + [f"{ind}}}"]
         # a step's rows at once: one test of the mask over the step's box (the per-row tests
         # took 6 % of a causal chain on one core), then each row's running max
         first = f"c_{self.rdim}_0"
         hi = self.cbounds[self.rdim][1]
         last = f"({first} + {self.R - 1} < {hi} ? {first} + {self.R - 1} : {hi} - 1)"
-        box = lambda lo, h: " || ".join(c_never(m, lambda c: f"c_{c}", lo, h, self.n,
-                                                {self.rdim: (first, "_last")})
-                                        for m in self.masks)
+        box = lambda lo, h: self.covered(lo, h, {self.rdim: (first, "_last")})
         ends = [box("jb", "(je - 1)")]
         if q < self.block:
             ends += [box(f"(je - {q})", "(je - 1)"), box("jb", f"(jb + {q - 1})")]
@@ -77,6 +72,12 @@ class ChainMasks:
                 + [f"{ind}    if (_all) {{", f"{ind}      if ({ends[0]}) continue;"]
                 + self._trim(ind + "      ", box, q)
                 + [f"{ind}    }} }} }}"])
+
+    def covered(self, lo: str, hi: str, rows: dict | None = None) -> str:
+        """A C test that some mask covers the walk's ``[lo, hi]`` for the current row, or
+        (``rows``: common name -> (first, last)) for every row of a step's box."""
+        return " || ".join(c_never(m, lambda c: f"c_{c}", lo, hi, self.n, rows)
+                           for m in self.masks)
 
     def _trim(self, ind: str, box, q: int) -> list[str]:
         """Narrows [ja, jz) by the whole chunks of ``q`` that ``box`` (a mask test over a range
