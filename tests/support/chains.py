@@ -202,3 +202,10 @@ def mlp(t: int = 11, c: int = 6, f: int = 35, dtype: str = "float64") -> Workloa
     return chain_workload(MLP, ["out"], {"T": t, "C": c, "F": f},
                           {"x": ["T", "C"], "w1": ["C", "F"], "w2": ["F", "C"]}, "mlp",
                           dtype=dtype)
+
+
+def chained_candidate(space, block: int):
+    """The candidate of ``space`` (a SearchSpace) with every chain on, walked in blocks of
+    ``block``, and the last option of every other choice."""
+    return space.build(lambda n, opts: 1 if n.startswith("chain:") else block
+                       if n.startswith("chain_block:") else opts[-1])

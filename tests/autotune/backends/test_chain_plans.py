@@ -18,8 +18,8 @@ from search_spaces.chain import detect
 from search_spaces.chain_walk import shared_rows
 from search_spaces.plans import chained_plan
 from search_spaces.space import SearchSpace
-from tests.support.chains import (CROSS, band, biased, chain_workload, cross, gqa, inline,
-                                  kernel_sum, lse, mlp, plain, self_attention)
+from tests.support.chains import (CROSS, band, biased, chain_workload, chained_candidate, cross,
+                                  gqa, inline, kernel_sum, lse, mlp, plain, self_attention)
 from tests.support.searches import search_rows
 
 WORKLOADS = {
@@ -182,8 +182,7 @@ def each_block(w, seed: int, tmp_path):
     inputs = w.random_inputs(seed=seed)
     ref = reference(w, inputs)
     for block in space.chain_blocks("o"):
-        cand = space.build(lambda n, opts: 1 if n.startswith("chain:") else block
-                           if n.startswith("chain_block:") else opts[-1])
+        cand = chained_candidate(space, block)
         src, _ = generate(w, cand)
         yield block, src
         _, why = verify(CompiledPlan(w, cand, tmp_path)(**inputs), ref, w.rtol)

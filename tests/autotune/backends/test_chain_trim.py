@@ -17,7 +17,7 @@ from search_spaces.chain_mask import TRIM_CHUNK, trim_quantum
 from search_spaces.plans import chained_plan
 from search_spaces.space import SearchSpace
 from search_spaces.tile_work import masked_chain_work
-from tests.support.chains import CROSS, LSE, chain_workload
+from tests.support.chains import CROSS, LSE, chain_workload, chained_candidate
 
 MASKS = {
     "diagonal": "where(j <= i + 20, s[h,i,j], -1e9)",
@@ -37,8 +37,7 @@ def masked_cross(mask: str, t: int = 70, s: int = 256) -> object:
 def with_block(w, block: int, anchor: str = "o"):
     space = SearchSpace(w)
     assert block in space.chain_blocks(anchor)
-    return space.build(lambda n, opts: 1 if n.startswith("chain:") else block
-                       if n.startswith("chain_block:") else opts[-1])
+    return chained_candidate(space, block)
 
 
 def test_trim_quantum_is_whole_chunks_of_blocks_it_divides():
